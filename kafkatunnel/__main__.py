@@ -1,0 +1,3 @@
+from kafkatunnel.cli import app
+
+app()

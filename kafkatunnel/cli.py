@@ -1,0 +1,71 @@
+"""The `kafkatunnel` command: a thin typer layer over the library."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from kafkatunnel.protocol.coordinator import (
+    DEFAULT_PARTITIONS,
+    GROUP_TOPIC,
+    TRANSACTION_TOPIC,
+    partition_for,
+)
+
+app = typer.Typer(
+    help="Reach a Kafka cluster inside Kubernetes from your laptop, every broker and every "
+    "consumer group included.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+console = Console()
+
+
+@app.command()
+def coordinator(
+    key: str = typer.Argument(..., help="A consumer group id (or a transactional id)."),
+    partitions: int = typer.Option(
+        DEFAULT_PARTITIONS, min=1, help="Partitions of __consumer_offsets / __transaction_state."
+    ),
+    transactional: bool = typer.Option(False, help="KEY is a transactional id."),
+    bootstrap: str | None = typer.Option(
+        None, help="Ask this cluster (or tunnel) which broker coordinates KEY."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Which partition, and with --bootstrap which broker, coordinates a group."""
+    topic = TRANSACTION_TOPIC if transactional else GROUP_TOPIC
+    result: dict[str, object] = {
+        "key": key,
+        "transactional": transactional,
+        "topic": topic,
+        "partition": partition_for(key, partitions),
+        "partitions": partitions,
+    }
+    if bootstrap:
+        from kafkatunnel.probe import find_coordinator
+
+        found = find_coordinator(bootstrap, key, transactional=transactional)
+        result.update(
+            coordinator={"node_id": found.node_id, "address": found.address},
+            error_code=found.error_code,
+        )
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    console.print(
+        f"{key!r} -> partition {result['partition']} of {topic} ({partitions} partitions)"
+    )
+    if bootstrap:
+        console.print(f"coordinator: {result['coordinator']}")
+
+
+@app.command()
+def demo() -> None:
+    """Bring up the embedded local cluster and show the problem and the fix."""
+    from kafkatunnel.demo import run_demo
+
+    report = run_demo(console)
+    raise typer.Exit(0 if report.ok else 1)

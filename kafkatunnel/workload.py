@@ -1,0 +1,171 @@
+"""Real client workloads for the demo, the benchmarks and the tests: a producer and
+consumer groups (confluent-kafka / librdkafka), each reporting exactly what it saw.
+
+A consumer group's failure to reach its coordinator does not reach `poll()`: librdkafka
+retries it internally and only logs it. So each consumer also reads librdkafka's group log
+and counts the coordinator errors the broker answered with.
+
+Also runnable as `python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT`, e.g. inside
+the cluster's network namespace, printing `PRODUCED n`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import confluent_kafka
+
+COORDINATOR_ERRORS = re.compile(
+    r"Not coordinator|NOT_COORDINATOR|Coordinator not available|COORDINATOR_NOT_AVAILABLE|"
+    r"Coordinator load in progress|COORDINATOR_LOAD_IN_PROGRESS"
+)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _logger(name: str) -> tuple[logging.Logger, _Collect]:
+    collect = _Collect()
+    logger = logging.getLogger(f"kafkatunnel.workload.{name}")
+    logger.handlers = [collect]
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return logger, collect
+
+
+@dataclass
+class GroupResult:
+    group: str
+    expected: int
+    consumed: int = 0
+    values: list[bytes] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # errors the client reported
+    coordinator_errors: list[str] = field(default_factory=list)  # from librdkafka's group log
+
+    @property
+    def not_coordinator(self) -> int:
+        return sum(1 for e in self.coordinator_errors if "ot coordinator" in e or "NOT_COORD" in e)
+
+    @property
+    def ok(self) -> bool:
+        return self.consumed == self.expected and not self.coordinator_errors
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    prefix: str = "m",
+    partition: int | None = None,
+    config: dict[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> int:
+    """Produce `count` messages `prefix-0`... (to one partition if given); returns how many
+    the brokers acknowledged."""
+    delivered = 0
+
+    def on_delivery(error: Any, _message: Any) -> None:
+        nonlocal delivered
+        if error is None:
+            delivered += 1
+
+    logger, _ = _logger(f"producer-{topic}")
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "logger": logger, "linger.ms": 5, **(config or {})}
+    )
+    for index in range(count):
+        value = f"{prefix}-{index}".encode()
+        if partition is None:
+            producer.produce(topic, value, on_delivery=on_delivery)
+        else:
+            producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
+        producer.poll(0)
+    producer.flush(timeout)
+    return delivered
+
+
+def consume_group(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    expected: int,
+    *,
+    timeout: float = 30.0,
+    config: dict[str, Any] | None = None,
+    stop_after_coordinator_errors: int | None = None,
+) -> GroupResult:
+    """Consume `topic` from the start as `group` until `expected` messages or the deadline,
+    committing offsets; report what was consumed and every coordinator error seen.
+
+    With `stop_after_coordinator_errors`, give up as soon as that many coordinator errors
+    were logged (a group that cannot reach its coordinator never recovers on its own).
+    """
+    logger, log = _logger(f"consumer-{group}")
+    result = GroupResult(group, expected)
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "logger": logger,
+            "debug": "cgrp",
+            "error_cb": lambda error: result.errors.append(str(error)),
+            **(config or {}),
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while result.consumed < expected and time.monotonic() < deadline:
+            if stop_after_coordinator_errors is not None:
+                seen = sum(1 for line in log.lines if COORDINATOR_ERRORS.search(line))
+                if seen >= stop_after_coordinator_errors:
+                    break
+            message = consumer.poll(0.1)
+            if message is None:
+                continue
+            if message.error():
+                result.errors.append(str(message.error()))
+                continue
+            result.consumed += 1
+            result.values.append(message.value() or b"")
+        if result.consumed:
+            try:
+                consumer.commit(asynchronous=False)
+            except confluent_kafka.KafkaException as error:
+                if error.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
+                    raise  # _NO_OFFSET: the auto-commit already stored everything
+    finally:
+        consumer.close()
+    result.coordinator_errors = [line for line in log.lines if COORDINATOR_ERRORS.search(line)]
+    return result
+
+
+USAGE = "usage: python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT [PARTITION]"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (4, 5) or argv[0] != "produce" or not all(a.isdigit() for a in argv[3:]):
+        print(USAGE, file=sys.stderr)
+        return 2
+    bootstrap, topic, count = argv[1], argv[2], int(argv[3])
+    partition = int(argv[4]) if len(argv) == 5 else None
+    print(f"PRODUCED {produce(bootstrap, topic, count, partition=partition)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,65 @@
+# Shared set-up for scripts/demo and scripts/test (sourced, not run).
+# Installs what a brand-new machine lacks: Debian packages, a Java for Spark, and the
+# virtualenv with the project and its extras. Idempotent: a second run installs nothing.
+set -euo pipefail
+
+KT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KT_VENV="${KT_VENV:-$KT_ROOT/.venv}"
+
+kt_log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+kt_as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@";
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@";
+  else return 1; fi
+}
+
+# Debian packages: command -> package.
+kt_apt_packages() {
+  local missing=() pair
+  for pair in socat:socat tshark:tshark kcat:kcat ip:iproute2 tmux:tmux; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+  done
+  if ! kt_java_ok; then missing+=(openjdk-17-jre-headless); fi
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    kt_log "missing ${missing[*]} and no apt-get here: install them with your package manager"
+    return 0
+  fi
+  kt_log "installing Debian packages: ${missing[*]}"
+  kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+# Spark needs Java 17 or newer.
+kt_java_ok() {
+  command -v java >/dev/null 2>&1 || return 1
+  local major
+  major="$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')"
+  [ -n "$major" ] && [ "${major%%.*}" -ge 17 ]
+}
+
+kt_check_java() {
+  if kt_java_ok; then return 0; fi
+  kt_log "Java 17 or newer is required by Spark (kafkatunnel verify) and was not found."
+  kt_log "Install it: apt-get install openjdk-17-jre-headless (or set JAVA_HOME)."
+  return 1
+}
+
+# The virtualenv, reinstalled only when pyproject.toml changed.
+kt_venv() {
+  local extras="$1" stamp
+  if [ ! -x "$KT_VENV/bin/python" ]; then
+    kt_log "creating virtualenv $KT_VENV"
+    python3 -m venv "$KT_VENV"
+  fi
+  stamp="$KT_VENV/.kafkatunnel-installed-$extras"
+  if [ ! -f "$stamp" ] || [ "$KT_ROOT/pyproject.toml" -nt "$stamp" ]; then
+    kt_log "installing kafkatunnel[$extras] into $KT_VENV"
+    "$KT_VENV/bin/python" -m pip install -q --upgrade pip
+    "$KT_VENV/bin/python" -m pip install -q -e "$KT_ROOT[$extras]"
+    touch "$stamp"
+  fi
+  export PATH="$KT_VENV/bin:$PATH"
+}
