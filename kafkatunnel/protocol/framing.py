@@ -52,10 +52,16 @@ class FrameDecoder:
 
     def close(self) -> None:
         """Declare the end of the stream; raises TruncatedFrame if a frame was cut short."""
-        if self._buffer:
-            held = len(self._buffer)
-            self._buffer.clear()
-            raise TruncatedFrame(f"the stream ended {held} bytes into an incomplete frame")
+        held = len(self._buffer)
+        if not held:
+            return
+        if held < SIZE_PREFIX:
+            where = f"{held} bytes into a frame's 4-byte size"
+        else:
+            size = int.from_bytes(self._buffer[:SIZE_PREFIX], "big", signed=True)
+            where = f"after {held - SIZE_PREFIX} of the {size} bytes of a frame"
+        self._buffer.clear()
+        raise TruncatedFrame(f"the stream ended {where}")
 
 
 def frame(payload: bytes | bytearray) -> bytes:

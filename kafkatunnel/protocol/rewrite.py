@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
-from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
+from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_body_offset
 from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, known_versions, response_plan
 
@@ -98,8 +98,7 @@ def rewrite_response(
     seen = tuple(walk.seen)
     if not walk.edits:
         return Rewritten(frame_bytes, seen, False)
-    body = _apply(frame_bytes, SIZE_PREFIX, len(frame_bytes), walk.edits)
-    return Rewritten(frame(body), seen, True)
+    return Rewritten(_splice(frame_bytes, walk.edits), seen, True)
 
 
 def addresses_in(frame_bytes: bytes, api_key: int, api_version: int) -> tuple[BrokerAddress, ...]:
@@ -114,15 +113,27 @@ def _keep(_address: BrokerAddress) -> None:
 Edit = tuple[int, int, bytes]
 
 
-def _apply(buf: bytes, start: int, end: int, edits: list[Edit]) -> bytes:
-    pieces = []
+def _pieces(buf: bytes, start: int, end: int, edits: list[Edit]) -> list[bytes | memoryview]:
+    view = memoryview(buf)
+    pieces: list[bytes | memoryview] = []
     cursor = start
     for edit_start, edit_end, replacement in edits:
-        pieces.append(buf[cursor:edit_start])
+        pieces.append(view[cursor:edit_start])
         pieces.append(replacement)
         cursor = edit_end
-    pieces.append(buf[cursor:end])
-    return b"".join(pieces)
+    pieces.append(view[cursor:end])
+    return pieces
+
+
+def _apply(buf: bytes, start: int, end: int, edits: list[Edit]) -> bytes:
+    return b"".join(_pieces(buf, start, end, edits))
+
+
+def _splice(frame_bytes: bytes, edits: list[Edit]) -> bytes:
+    """The frame with `edits` applied and its size prefix corrected, copied once."""
+    pieces = _pieces(frame_bytes, SIZE_PREFIX, len(frame_bytes), edits)
+    size = sum(len(piece) for piece in pieces)
+    return b"".join([size.to_bytes(SIZE_PREFIX, "big"), *pieces])
 
 
 class _Walk:
