@@ -63,6 +63,49 @@ def coordinator(
 
 
 @app.command()
+def up(
+    bootstrap: str = typer.Option(
+        ..., help="The advertised HOST:PORT of any broker, as the cluster names it."
+    ),
+    via: str = typer.Option("exec", help="How to reach brokers: exec or direct."),
+    exec_template: str | None = typer.Option(
+        None,
+        "--exec",
+        help='Command opening a stream to {host}:{port}, e.g. "ssh b nc {host} {port}".',
+    ),
+    mapping: list[str] = typer.Option(
+        [],
+        "--map",
+        help="With --via direct: ADVERTISED_HOST:PORT=REACHABLE_HOST:PORT (repeatable).",
+    ),
+    listen: str = typer.Option(
+        "127.0.0.1:9092", help="Bootstrap listener; brokers get the following ports."
+    ),
+    broker_port: list[str] = typer.Option(
+        [], "--broker-port", help="Fix a broker's local port: NODE_ID=PORT (repeatable)."
+    ),
+    connect_timeout: float = typer.Option(10.0, help="Seconds to open a stream to a broker."),
+    table: bool = typer.Option(True, help="Show the live table (on a terminal)."),
+) -> None:
+    """Open the tunnel and keep it open until Ctrl-C."""
+    from kafkatunnel.cli_tunnel import build_forwarder, run_up
+
+    forwarder = build_forwarder(via, exec_template, mapping)
+    run_up(console, bootstrap, forwarder, listen, broker_port, connect_timeout, table)
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    port: int | None = typer.Option(None, help="The tunnel whose bootstrap port this is."),
+) -> None:
+    """Show the running tunnel's brokers, forwards and traffic."""
+    from kafkatunnel.cli_tunnel import run_status
+
+    run_status(console, as_json, port)
+
+
+@app.command()
 def demo() -> None:
     """Bring up the embedded local cluster and show the problem and the fix."""
     from kafkatunnel.demo import run_demo

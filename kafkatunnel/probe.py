@@ -103,6 +103,12 @@ class ProbeConnection:
             }
         return self._versions
 
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every broker, from a Metadata v1 request for no topic."""
+        request_type: Any = load_request_schema(METADATA, 1)
+        response = self.request(request_type(topics=()))
+        return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
+
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """partition -> leader node id, from a Metadata v1 request for `topic`."""
         request_type: Any = load_request_schema(METADATA, 1)

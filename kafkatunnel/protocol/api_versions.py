@@ -13,7 +13,6 @@ import struct
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 
-UNSUPPORTED_VERSION = 35
 _ENTRY = struct.Struct(">hhh")
 
 
@@ -27,8 +26,11 @@ def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range
     buf = frame_bytes
     pos = SIZE_PREFIX + 4  # ApiVersions always answers with response header v0
     error_code, pos = wire.read_int16(buf, pos)
-    # A broker that does not support the requested version answers in the v0 layout.
-    compact = api_version >= 3 and error_code != UNSUPPORTED_VERSION
+    if error_code != 0:
+        # An error answer (typically UNSUPPORTED_VERSION, in a layout brokers disagree on)
+        # only tells the client which ApiVersions version to retry with: nothing to cap.
+        return frame_bytes
+    compact = api_version >= 3
     array_start = pos
     if compact:
         count, pos = wire.read_uvarint(buf, pos)

@@ -1,0 +1,149 @@
+"""`kafkatunnel up` and `kafkatunnel status`: flag checking and the terminal around Tunnel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from kafkatunnel.probe import split_address
+from kafkatunnel.tunnel import (
+    DirectForwarder,
+    ExecForwarder,
+    Forwarder,
+    PortInUse,
+    Tunnel,
+    TunnelConfig,
+    parse_mapping,
+)
+from kafkatunnel.tunnel.control import fetch, running_tunnels
+from kafkatunnel.tunnel.view import status_table
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+VIA = ("exec", "direct")
+
+
+def build_forwarder(via: str, exec_template: str | None, mappings: list[str]) -> Forwarder:
+    if via not in VIA:
+        raise typer.BadParameter(f"{via!r} is not one of {', '.join(VIA)}", param_hint="--via")
+    if via == "exec":
+        if not exec_template:
+            raise typer.BadParameter(
+                'needs a command template, e.g. --exec "ssh bastion nc {host} {port}"',
+                param_hint="--via exec",
+            )
+        if mappings:
+            raise typer.BadParameter("--map goes with --via direct, not exec", param_hint="--map")
+        try:
+            return ExecForwarder(exec_template)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--exec") from None
+    if exec_template:
+        raise typer.BadParameter("--exec goes with --via exec", param_hint="--exec")
+    try:
+        return DirectForwarder(parse_mapping(mappings))
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--map") from None
+
+
+def parse_broker_ports(entries: list[str]) -> dict[int, int]:
+    ports = {}
+    for entry in entries:
+        node, sep, port = entry.partition("=")
+        if not sep or not node.strip().lstrip("-").isdigit() or not port.strip().isdigit():
+            raise typer.BadParameter(f"{entry!r}: expected NODE_ID=PORT, e.g. 1=19093")
+        ports[int(node)] = int(port)
+    return ports
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    try:
+        host, port = split_address(listen)
+    except ValueError:
+        raise typer.BadParameter(f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092") from None
+    if not 0 < port < 65536:
+        raise typer.BadParameter(f"port {port} is not between 1 and 65535")
+    return host, port
+
+
+def run_up(
+    console: Console,
+    bootstrap: str,
+    forwarder: Forwarder,
+    listen: str,
+    broker_ports: list[str],
+    connect_timeout: float,
+    table: bool,
+) -> None:
+    try:
+        split_address(bootstrap)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{bootstrap!r}: expected the advertised HOST:PORT of a broker, e.g. "
+            "kafka-0.kafka-headless.shop.svc.cluster.local:9092",
+            param_hint="--bootstrap",
+        ) from None
+    host, port = parse_listen(listen)
+    if host not in LOOPBACK:
+        console.print(
+            f"[yellow]warning: listening on {host}, not loopback: other machines can reach "
+            "your cluster through this tunnel[/]"
+        )
+    config = TunnelConfig(
+        bootstrap=bootstrap,
+        listen_host=host,
+        listen_port=port,
+        broker_ports=parse_broker_ports(broker_ports),
+        connect_timeout=connect_timeout,
+    )
+    try:
+        asyncio.run(_serve(console, Tunnel(config, forwarder), table))
+    except PortInUse as error:
+        console.print(f"[red]error:[/] {error}")
+        raise typer.Exit(2) from None
+
+
+async def _serve(console: Console, tunnel: Tunnel, table: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await tunnel.start()
+    print(f"bootstrap.servers={tunnel.bootstrap_servers}", flush=True)
+    try:
+        if table and console.is_terminal:
+            with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:
+                while not stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 0.5)
+                    live.update(status_table(tunnel.status()))
+        else:
+            for endpoint in tunnel.endpoints():
+                node = "bootstrap" if endpoint.node_id is None else f"broker {endpoint.node_id}"
+                print(f"{node}: {endpoint.local} -> {endpoint.advertised}", flush=True)
+            await stop.wait()
+    finally:
+        await tunnel.stop()
+        print("tunnel closed", file=sys.stderr, flush=True)
+
+
+def run_status(console: Console, as_json: bool, port: int | None) -> None:
+    tunnels = running_tunnels()
+    if port is not None:
+        tunnels = {p: s for p, s in tunnels.items() if p == port}
+    if not tunnels:
+        where = f" on port {port}" if port is not None else ""
+        console.print(f"no running tunnel{where}: start one with `kafkatunnel up`", style="red")
+        raise typer.Exit(1)
+    states = [json.loads(fetch(state["control"], "/status")) for state in tunnels.values()]
+    if as_json:
+        typer.echo(json.dumps(states[0] if len(states) == 1 else states, indent=2))
+        return
+    for state in states:
+        console.print(status_table(state))

@@ -1,0 +1,225 @@
+"""One proxied connection's two byte streams, frame by frame, copying as little as possible.
+
+Each direction reads just the head of a frame and decides: pass the rest through untouched
+(slices of the very buffers that arrived, never copied), or hold the whole frame because it
+must change. Requests are never changed, only observed (their headers tell what each response
+will be). Responses are held whole only when they can name a broker or are ApiVersions
+answers (to be capped); a 1 MiB Fetch response passes through as it arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kafkatunnel.protocol.api_versions import cap_api_versions
+from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
+from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, TruncatedFrame
+from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
+from kafkatunnel.protocol.headers import (
+    API_VERSIONS,
+    RequestHeader,
+    expects_response,
+    parse_request_header,
+    response_correlation_id,
+)
+from kafkatunnel.protocol.rewrite import Mapper, Rewritten, needs_rewrite, rewrite_response
+
+Chunk = bytes | memoryview
+REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
+
+
+@dataclass
+class ExchangeStats:
+    requests: dict[int, int] = field(default_factory=dict)  # per API key
+    responses: int = 0
+    rewritten: int = 0
+    capped: int = 0
+
+
+class _Splitter:
+    """Cuts one direction of a stream into frames; subclasses decide per frame head."""
+
+    def __init__(self, max_frame_size: int, head_size: int) -> None:
+        self.max_frame_size = max_frame_size
+        self.head_size = head_size
+        self._held = bytearray()
+        self._want = SIZE_PREFIX
+        self._size = -1  # size of the current frame, once its prefix is read
+        self._whole = False  # holding the whole current frame
+        self._passing = 0  # bytes of the current frame still to pass through
+
+    @property
+    def mid_frame(self) -> bool:
+        return bool(self._held) or self._passing > 0
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        out: list[Chunk] = []
+        view = memoryview(data)
+        pos, end = 0, len(view)
+        while pos < end:
+            if self._passing:
+                take = min(self._passing, end - pos)
+                out.append(view[pos : pos + take])
+                pos += take
+                self._passing -= take
+                continue
+            take = min(self._want - len(self._held), end - pos)
+            self._held += view[pos : pos + take]
+            pos += take
+            if len(self._held) < self._want:
+                break
+            if self._size < 0:
+                self._start_frame()
+                if len(self._held) < self._want:
+                    continue
+            held = bytes(self._held)
+            if self._whole:
+                out.append(self.on_frame(held))
+            elif self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size):
+                out.append(held)
+                self._passing = SIZE_PREFIX + self._size - len(held)
+            else:
+                self._whole = True
+                self._want = SIZE_PREFIX + self._size
+                if len(held) < self._want:
+                    continue
+                out.append(self.on_frame(held))
+            self._reset()
+        return out
+
+    def _start_frame(self) -> None:
+        size = int.from_bytes(self._held[:SIZE_PREFIX], "big", signed=True)
+        if size < 0 or size > self.max_frame_size:
+            raise FrameSizeError(
+                f"frame size {size} is "
+                + ("negative" if size < 0 else f"above the maximum of {self.max_frame_size}")
+                + " (not a Kafka stream, or a TLS/SASL peer talking to a plaintext port?)"
+            )
+        self._size = size
+        self._want = SIZE_PREFIX + min(size, self.head_size)
+
+    def _reset(self) -> None:
+        self._held.clear()
+        self._want = SIZE_PREFIX
+        self._size = -1
+        self._whole = False
+
+    def close(self) -> None:
+        if self.mid_frame:
+            raise TruncatedFrame("the stream ended in the middle of a frame")
+
+    def on_head(self, head: bytes, complete: bool) -> bool:
+        """True: pass this frame through (head first); False: hold it whole for on_frame."""
+        raise NotImplementedError
+
+    def on_frame(self, whole: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class _Requests(_Splitter):
+    def __init__(self, exchange: Exchange, max_frame_size: int) -> None:
+        super().__init__(max_frame_size, REQUEST_HEAD)
+        self.exchange = exchange
+
+    def on_head(self, head: bytes, complete: bool) -> bool:
+        try:
+            header = parse_request_header(head)
+            wanted = expects_response(head, header)
+        except MalformedMessage:
+            if complete:
+                raise
+            return False  # the header is longer than the head: look at the whole frame
+        self.exchange.observe_request(header, wanted)
+        return True
+
+    def on_frame(self, whole: bytes) -> bytes:
+        header = parse_request_header(whole)
+        self.exchange.observe_request(header, expects_response(whole, header))
+        return whole
+
+
+class _Responses(_Splitter):
+    def __init__(self, exchange: Exchange, max_frame_size: int) -> None:
+        super().__init__(max_frame_size, 4)  # the correlation id is all a decision needs
+        self.exchange = exchange
+        self._current: InFlight | None = None
+
+    def on_head(self, head: bytes, complete: bool) -> bool:
+        request = self.exchange.tracker.response(response_correlation_id(head))
+        self.exchange.stats.responses += 1
+        if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
+            self._current = request
+            return False
+        self.exchange.on_response(request, None)
+        return True
+
+    def on_frame(self, whole: bytes) -> bytes:
+        request = self._current
+        assert request is not None
+        self._current = None
+        out = self.exchange.transform_response(request, whole)
+        self.exchange.on_response(request, out)
+        return out
+
+
+class Exchange:
+    """The protocol state of one proxied connection: both directions, their correlation,
+    and the rewriting of what the broker says."""
+
+    def __init__(
+        self,
+        mapper: Mapper,
+        caps: dict[int, range],
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        before_rewrite: Callable[[InFlight, bytes], None] | None = None,
+        on_response: Callable[[InFlight, bytes | None], None] | None = None,
+    ) -> None:
+        self.mapper = mapper
+        self.caps = caps
+        self.tracker = CorrelationTracker()
+        self.stats = ExchangeStats()
+        self._before_rewrite = before_rewrite
+        self._on_response = on_response
+        self._requests = _Requests(self, max_frame_size)
+        self._responses = _Responses(self, max_frame_size)
+
+    def from_client(self, data: bytes) -> list[Chunk]:
+        """What to send to the broker for `data` from the client (the same bytes)."""
+        return self._requests.feed(data)
+
+    def from_broker(self, data: bytes) -> list[Chunk]:
+        """What to send to the client for `data` from the broker."""
+        return self._responses.feed(data)
+
+    def client_closed(self) -> None:
+        self._requests.close()
+
+    def broker_closed(self) -> None:
+        self._responses.close()
+
+    @property
+    def waiting(self) -> int:
+        return len(self.tracker)
+
+    def observe_request(self, header: RequestHeader, wanted: bool) -> None:
+        self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
+        self.tracker.request(header, wanted)
+
+    def transform_response(self, request: InFlight, whole: bytes) -> bytes:
+        if request.api_key == API_VERSIONS:
+            capped = cap_api_versions(whole, request.api_version, self.caps)
+            self.stats.capped += capped is not whole
+            return capped
+        if self._before_rewrite is not None:
+            self._before_rewrite(request, whole)
+        result: Rewritten = rewrite_response(
+            whole, request.api_key, request.api_version, self.mapper
+        )
+        self.stats.rewritten += result.changed
+        return result.frame
+
+    def on_response(self, request: InFlight, whole: bytes | None) -> None:
+        if self._on_response is not None:
+            self._on_response(request, whole)

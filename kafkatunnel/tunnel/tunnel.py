@@ -1,0 +1,238 @@
+"""The tunnel: a bootstrap listener, one listener per broker, and the connections between.
+
+tunnel = Tunnel(TunnelConfig(bootstrap="kafka-0.kafka:9092"), ExecForwarder("..."))
+await tunnel.start()   # binds, learns the brokers, starts the control endpoint
+print(tunnel.bootstrap_servers)
+await tunnel.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkatunnel.probe import ProbeConnection, split_address
+from kafkatunnel.protocol.correlation import InFlight
+from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from kafkatunnel.protocol.passage import Exchange
+from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
+from kafkatunnel.tunnel.control import ControlServer
+from kafkatunnel.tunnel.forwarders import Forwarder
+from kafkatunnel.tunnel.proxy import ClientConnection
+from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
+
+log = logging.getLogger("kafkatunnel.tunnel")
+
+# Responses that list brokers: learn them all (in node-id order) before rewriting any.
+DISCOVERY_APIS = (3, 10, 60)
+
+
+class PortInUse(RuntimeError):
+    """A listener's port is taken; the message names the port and the flag that changes it."""
+
+
+@dataclass
+class TunnelConfig:
+    bootstrap: str  # advertised HOST:PORT of a broker to start from
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    broker_ports: dict[int, int] = field(default_factory=dict)
+    connect_timeout: float = 10.0
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    control_port: int | None = 0  # 0: any free loopback port; None: no control endpoint
+    discover_timeout: float = 10.0
+
+
+def bind_listener(host: str, port: int, flag: str) -> socket.socket:
+    """A listening socket, bound now (so clients can queue at once), or PortInUse."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise PortInUse(
+                f"port {port} on {host} is already in use (another tunnel, or a "
+                f"`kubectl port-forward`?); choose another with {flag}"
+            ) from None
+        raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; see {flag}") from None
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+class Tunnel:
+    def __init__(self, config: TunnelConfig, forwarder: Forwarder) -> None:
+        self.config = config
+        self.forwarder = forwarder
+        host, port = split_address(config.bootstrap)
+        self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)
+        self.bootstrap.route = forwarder.describe(host, port)
+        self.registry = BrokerRegistry(
+            config.listen_host, config.listen_port, config.broker_ports, on_new=self._open_broker
+        )
+        self.caps = rewrite_caps()
+        self.connections: set[ClientConnection] = set()
+        self.servers: list[asyncio.Server] = []
+        self.control: ControlServer | None = None
+        self.started_at = time.time()
+        self.notes: list[str] = []
+        self._pending: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        host = self.config.listen_host
+        return f"[{host}]:{self.config.listen_port}" if ":" in host else self.bootstrap.local
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
+        await self._serve(sock, self.bootstrap)
+        if self.config.control_port is not None:
+            self.control = ControlServer(
+                self.status, self.metrics, self.config.listen_port, self.config.control_port
+            )
+            await self.control.start()
+        await self.discover()
+
+    async def discover(self) -> bool:
+        """Ask the cluster for its brokers through our own bootstrap listener, so every
+        broker has its listener before any client asks. False (with a note) if unreachable."""
+        address = self.bootstrap.local
+
+        def ask() -> list[tuple[int, str, int]]:
+            with ProbeConnection(address, timeout=self.config.discover_timeout) as probe:
+                return probe.brokers()
+
+        try:
+            brokers = await asyncio.to_thread(ask)
+        except (OSError, ConnectionError) as error:
+            note = f"could not list the brokers yet ({error}); they will be added on first use"
+            self.notes.append(note)
+            log.warning(note)
+            return False
+        return len(brokers) > 0
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.connections):
+            connection.close()
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+        for task in list(self._pending):
+            task.cancel()
+        if self.control is not None:
+            await self.control.stop()
+
+    # -- listeners --------------------------------------------------------------------------
+
+    async def _serve(self, sock: socket.socket, endpoint: Endpoint) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: self._connection(endpoint), sock=sock)
+        self.servers.append(server)
+        endpoint.state = "listening"
+
+    def _open_broker(self, endpoint: Endpoint) -> None:
+        """Bind a new broker's listener right away (called while a response naming it is
+        being rewritten); accepting starts on the next turn of the event loop."""
+        endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
+        flag = f"--broker-port {endpoint.node_id}=PORT"
+        try:
+            sock = bind_listener(endpoint.listen_host, endpoint.listen_port, flag)
+        except PortInUse as error:
+            endpoint.state = "port in use"
+            endpoint.record_error(str(error))
+            log.error("broker %s: %s", endpoint.node_id, error)
+            return
+        assert self._loop is not None
+        task = self._loop.create_task(self._serve(sock, endpoint))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        log.info("broker %s %s -> %s", endpoint.node_id, endpoint.advertised, endpoint.local)
+
+    def _connection(self, endpoint: Endpoint) -> ClientConnection:
+        connection = ClientConnection(
+            endpoint,
+            self.forwarder,
+            self._exchange,
+            self.config.connect_timeout,
+            self.connections.discard,
+        )
+        self.connections.add(connection)
+        return connection
+
+    def _exchange(self, endpoint: Endpoint) -> Exchange:
+        return Exchange(
+            self.registry.map,
+            self.caps,
+            max_frame_size=self.config.max_frame_size,
+            before_rewrite=self._learn_brokers,
+        )
+
+    def _learn_brokers(self, request: InFlight, frame: bytes) -> None:
+        if request.api_key in DISCOVERY_APIS:
+            self.registry.learn(addresses_in(frame, request.api_key, request.api_version))
+
+    # -- reporting --------------------------------------------------------------------------
+
+    def endpoints(self) -> list[Endpoint]:
+        return [self.bootstrap, *sorted(self.registry.brokers.values(), key=_node)]
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "via": self.forwarder.kind,
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "notes": self.notes,
+            "endpoints": [e.as_dict() for e in self.endpoints()],
+        }
+
+    def metrics(self) -> str:
+        lines = []
+        for name, kind, attribute in (
+            ("kafkatunnel_connections", "gauge", "connections"),
+            ("kafkatunnel_connections_total", "counter", "total_connections"),
+            ("kafkatunnel_client_bytes_total", "counter", "bytes_in"),
+            ("kafkatunnel_broker_bytes_total", "counter", "bytes_out"),
+            ("kafkatunnel_requests_total", "counter", "requests"),
+            ("kafkatunnel_errors_total", "counter", "errors"),
+        ):
+            lines.append(f"# TYPE {name} {kind}")
+            for e in self.endpoints():
+                node = "bootstrap" if e.node_id is None else str(e.node_id)
+                value = getattr(e, attribute)
+                lines.append(f'{name}{{node="{node}",tunnel="{e.local}"}} {value}')
+        return "\n".join(lines) + "\n"
+
+
+def _node(endpoint: Endpoint) -> int:
+    return endpoint.node_id if endpoint.node_id is not None else -1
+
+
+async def wait_for_brokers(tunnel: Tunnel, count: int, timeout: float) -> None:
+    """Until `count` broker listeners accept connections (for callers that must know)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = [e for e in tunnel.registry.brokers.values() if e.state == "listening"]
+        if len(ready) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"only {len(tunnel.registry.brokers)} of {count} brokers appeared")
+
+
+__all__ = ["BrokerAddress", "PortInUse", "Tunnel", "TunnelConfig", "wait_for_brokers"]
