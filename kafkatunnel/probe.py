@@ -17,7 +17,7 @@ from kio.serial import entity_reader, entity_writer
 from kafkatunnel.protocol.framing import FrameDecoder, frame
 from kafkatunnel.protocol.headers import response_body_offset
 
-API_VERSIONS, FIND_COORDINATOR, METADATA = 18, 10, 3
+API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 Connect = Callable[[str, int, float], socket.socket]
@@ -108,6 +108,16 @@ class ProbeConnection:
         request_type: Any = load_request_schema(METADATA, 1)
         response = self.request(request_type(topics=()))
         return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
+
+    def describe_cluster(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every broker, from DescribeCluster (sent to this broker,
+        not routed to a controller as admin clients do)."""
+        low, high = self.api_versions().get(DESCRIBE_CLUSTER, (0, -1))
+        if high < low:
+            raise ConnectionError("this broker does not support DescribeCluster")
+        request_type: Any = load_request_schema(DESCRIBE_CLUSTER, 0)
+        response = self.request(request_type(include_cluster_authorized_operations=False))
+        return [(int(b.broker_id), b.host, int(b.port)) for b in response.brokers]
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """partition -> leader node id, from a Metadata v1 request for `topic`."""

@@ -122,6 +122,10 @@ def consume_group(
             "enable.auto.commit": True,
             "logger": logger,
             "debug": "cgrp",
+            # Short-lived consumers: a member that left without a clean LeaveGroup holds a
+            # rebalance for the session timeout, so keep it at the brokers' minimum.
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
             "error_cb": lambda error: result.errors.append(str(error)),
             **(config or {}),
         }
@@ -152,6 +156,34 @@ def consume_group(
         consumer.close()
     result.coordinator_errors = [line for line in log.lines if COORDINATOR_ERRORS.search(line)]
     return result
+
+
+def consume_groups(
+    bootstrap: str,
+    groups: dict[str, int],
+    topic: str,
+    *,
+    timeout: float = 30.0,
+    stop_after_coordinator_errors: int | None = None,
+) -> dict[str, GroupResult]:
+    """Run one consumer per group (group -> expected count) at the same time, as separate
+    applications would; each result as `consume_group` gives it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(len(groups), 1)) as pool:
+        futures = {
+            group: pool.submit(
+                consume_group,
+                bootstrap,
+                group,
+                topic,
+                expected,
+                timeout=timeout,
+                stop_after_coordinator_errors=stop_after_coordinator_errors,
+            )
+            for group, expected in groups.items()
+        }
+        return {group: future.result() for group, future in futures.items()}
 
 
 USAGE = "usage: python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT [PARTITION]"

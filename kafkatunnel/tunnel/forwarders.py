@@ -47,6 +47,10 @@ class Upstream(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    @abstractmethod
+    async def wait_closed(self) -> None:
+        """Until whatever carried the stream is gone (a process reaped, a socket closed)."""
+
 
 class Forwarder(ABC):
     kind: str
@@ -67,6 +71,7 @@ class _TcpUpstream(asyncio.Protocol, Upstream):
     def __init__(self, downstream: Downstream) -> None:
         self.downstream = downstream
         self.transport: asyncio.Transport | None = None
+        self._closed = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -76,6 +81,7 @@ class _TcpUpstream(asyncio.Protocol, Upstream):
         self.downstream.upstream_data(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._closed.set()
         self.downstream.upstream_lost(
             None if exc is None else f"connection to the broker lost: {exc}"
         )
@@ -101,6 +107,9 @@ class _TcpUpstream(asyncio.Protocol, Upstream):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
 
 
 def parse_mapping(entries: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
@@ -181,7 +190,7 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
         self.transport: asyncio.SubprocessTransport | None = None
         self.stderr = bytearray()
         self._lost = False
-        self._received = False
+        self._exited = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.SubprocessTransport)
@@ -189,7 +198,6 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
-            self._received = True
             self.downstream.upstream_data(data)
         else:
             self.stderr += data
@@ -200,7 +208,11 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
             self._report_lost()
 
     def process_exited(self) -> None:
+        self._exited.set()
         self._report_lost()
+
+    async def wait_closed(self) -> None:
+        await self._exited.wait()
 
     def _report_lost(self) -> None:
         if self._lost or self.transport is None:

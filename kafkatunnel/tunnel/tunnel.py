@@ -48,6 +48,7 @@ class TunnelConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     control_port: int | None = 0  # 0: any free loopback port; None: no control endpoint
     discover_timeout: float = 10.0
+    discover_at_start: bool = True  # off: brokers are learned only from clients' traffic
 
 
 def bind_listener(host: str, port: int, flag: str) -> socket.socket:
@@ -105,7 +106,8 @@ class Tunnel:
                 self.status, self.metrics, self.config.listen_port, self.config.control_port
             )
             await self.control.start()
-        await self.discover()
+        if self.config.discover_at_start:
+            await self.discover()
 
     async def discover(self) -> bool:
         """Ask the cluster for its brokers through our own bootstrap listener, so every
@@ -128,8 +130,13 @@ class Tunnel:
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
+        upstreams = [c.upstream for c in self.connections if c.upstream is not None]
         for connection in list(self.connections):
             connection.close()
+        if upstreams:
+            await asyncio.wait(
+                [asyncio.ensure_future(u.wait_closed()) for u in upstreams], timeout=5
+            )
         for server in self.servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)

@@ -1,0 +1,99 @@
+"""`kafkatunnel up` as users and scripts run it: the printed bootstrap.servers, `status
+--json` from another process, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.workload import consume_group, produce
+from tests.tunnel.conftest import free_port_run
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", *args],
+        capture_output=True, text=True, env={**os.environ, **env}, timeout=60,
+    )  # fmt: skip
+
+
+def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path) -> None:
+    env = {"KAFKATUNNEL_STATE_DIR": str(tmp_path)}
+    port = free_port_run(8)
+    up = ManagedProcess(
+        [
+            sys.executable, "-m", "kafkatunnel", "up",
+            "--bootstrap", cluster.mock[0].address,
+            "--via", "exec", "--exec", cluster.exec_template(),
+            "--listen", f"127.0.0.1:{port}", "--no-table",
+        ],
+        name="kafkatunnel-up", env=env,
+    )  # fmt: skip
+    try:
+        line = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=30)
+        bootstrap = line.group(1)
+        assert bootstrap == f"127.0.0.1:{port}"
+        up.wait_for_line(r"^broker 3: ", timeout=10)
+
+        topic = f"cli-{uuid.uuid4().hex[:6]}"
+        assert produce(bootstrap, topic, 10) == 10
+        assert consume_group(bootstrap, f"{topic}-g", topic, 10, timeout=60).consumed == 10
+
+        status = _cli("status", "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        state = json.loads(status.stdout)
+        assert state["bootstrap_servers"] == bootstrap
+        assert [e["node_id"] for e in state["endpoints"]] == [None, 1, 2, 3]
+        assert sum(e["total_connections"] for e in state["endpoints"]) > 0
+
+        os.kill(up.pid, signal.SIGTERM)
+        assert up.popen.wait(timeout=15) == 0
+        up.wait_for_line(r"tunnel closed", timeout=5)
+        assert not list(tmp_path.glob("tunnel-*.json"))  # the state file is gone
+        gone = _cli("status", "--json", env=env)
+        assert gone.returncode == 1 and "no running tunnel" in gone.stdout + gone.stderr
+    finally:
+        up.stop()
+
+
+def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        result = _cli(
+            "up", "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
+            "--listen", f"127.0.0.1:{port}", "--no-table",
+            env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert result.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stdout
+    assert "--listen" in result.stdout
+
+
+def test_wrong_flags_name_the_fix(tmp_path: Path) -> None:
+    env = {"KAFKATUNNEL_STATE_DIR": str(tmp_path)}
+    cases = [
+        (["up", "--bootstrap", "kafka:9092", "--via", "exec"], "--exec"),
+        (["up", "--bootstrap", "kafka:9092", "--exec", "nc {hots} {port}"], "{hots}"),
+        (["up", "--bootstrap", "kafka:9092", "--exec", "nc kafka 9092"], "has no {port}"),
+        (["up", "--bootstrap", "kafka:9092", "--via", "direct", "--map", "a=b"], "HOST:PORT"),
+        (["up", "--bootstrap", "kafka", "--via", "direct"], "advertised HOST:PORT"),
+        (["up", "--bootstrap", "k:1", "--via", "ssh", "--exec", "x {port}"], "exec, direct"),
+    ]
+    for args, expected in cases:
+        result = _cli(*args, env=env)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert expected in result.stdout + result.stderr, (args, result.stderr)

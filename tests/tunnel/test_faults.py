@@ -1,0 +1,126 @@
+"""Bad input and faults: a bad client loses only its own connection, an unreachable broker
+closes the client promptly and the tunnel says why, a taken port fails at start naming the
+flag, and nothing listens beyond loopback unless asked."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+
+import pytest
+
+from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.probe import split_address
+from kafkatunnel.tunnel import ExecForwarder, PortInUse, Tunnel, TunnelConfig
+from kafkatunnel.waiting import wait_for
+from kafkatunnel.workload import consume_group, produce
+from tests.tunnel.conftest import MakeTunnel
+
+
+def _closed_by_peer(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        return True
+    return True  # recv returned b"": closed (a timeout raises instead)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",  # a browser on the wrong port
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,  # a TLS client hello
+        b"\x00\x00\x00\x06\xff\xff\x00\x00\x00\x01",  # a frame with api key -1
+    ],
+    ids=["http", "tls", "bad-header"],
+)
+def test_garbage_loses_only_its_own_connection(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, garbage: bytes
+) -> None:
+    tunnel = make_tunnel()
+    host, port = split_address(tunnel.bootstrap_servers)
+    topic = f"garbage-{uuid.uuid4().hex[:6]}"
+    assert produce(tunnel.bootstrap_servers, topic, 10) == 10
+
+    bad = socket.create_connection((host, port))
+    bad.sendall(garbage)
+    assert _closed_by_peer(bad, within=5)
+    bad.close()
+
+    bootstrap = tunnel.status()["endpoints"][0]
+    assert bootstrap["errors"] >= 1
+    assert "invalid Kafka protocol" in bootstrap["last_error"]
+    # everyone else is unaffected
+    assert produce(tunnel.bootstrap_servers, topic, 10, prefix="after") == 10
+    result = consume_group(tunnel.bootstrap_servers, f"{topic}-g", topic, 20, timeout=60)
+    assert result.consumed == 20
+
+
+def test_unreachable_broker_closes_the_client_promptly_and_says_why(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    with socket.socket() as s:  # a port with nobody listening inside the cluster
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    tunnel = make_tunnel(bootstrap=f"127.0.0.1:{dead}", discover_at_start=False)
+    host, port = split_address(tunnel.bootstrap_servers)
+    client = socket.create_connection((host, port))
+    started = time.monotonic()
+    assert _closed_by_peer(client, within=5)
+    assert time.monotonic() - started < 5
+    client.close()
+    endpoint = wait_for(
+        lambda: (e := tunnel.status()["endpoints"][0])["last_error"] and e,
+        timeout=5,
+        what="the error to show in the table",
+    )
+    assert "Connection refused" in endpoint["last_error"]
+    assert f"127.0.0.1:{dead}" in endpoint["last_error"]
+
+
+def test_port_in_use_fails_at_start_naming_port_and_flag(cluster: LocalCluster) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    tunnel = Tunnel(
+        TunnelConfig(bootstrap=cluster.mock[0].address, listen_port=port, control_port=None),
+        ExecForwarder(cluster.exec_template()),
+    )
+    try:
+        with pytest.raises(
+            PortInUse, match=rf"port {port} on 127.0.0.1 is already in use.*--listen"
+        ):
+            asyncio.run(tunnel.start())
+    finally:
+        holder.close()
+
+
+def test_listeners_bind_to_loopback_only(cluster: LocalCluster, make_tunnel: MakeTunnel) -> None:
+    tunnel = make_tunnel()
+    addresses = {
+        sock.getsockname()[0] for server in tunnel.tunnel.servers for sock in server.sockets
+    }
+    assert len(tunnel.tunnel.servers) == 4  # bootstrap + 3 brokers
+    assert addresses == {"127.0.0.1"}
+
+
+def test_a_broker_port_in_use_is_reported_on_that_broker(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port()))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        tunnel = make_tunnel(broker_ports={2: taken})
+        broker = next(e for e in tunnel.status()["endpoints"] if e["node_id"] == 2)
+        assert broker["state"] == "port in use"
+        assert f"port {taken}" in broker["last_error"]
+        assert "--broker-port 2=PORT" in broker["last_error"]
+    finally:
+        holder.close()
