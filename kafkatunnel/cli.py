@@ -86,12 +86,15 @@ def up(
     ),
     connect_timeout: float = typer.Option(10.0, help="Seconds to open a stream to a broker."),
     table: bool = typer.Option(True, help="Show the live table (on a terminal)."),
+    loop: str = typer.Option(
+        "auto", help="Event loop: auto (uvloop if installed), asyncio, uvloop."
+    ),
 ) -> None:
     """Open the tunnel and keep it open until Ctrl-C."""
     from kafkatunnel.cli_tunnel import build_forwarder, run_up
 
     forwarder = build_forwarder(via, exec_template, mapping)
-    run_up(console, bootstrap, forwarder, listen, broker_port, connect_timeout, table)
+    run_up(console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop)
 
 
 @app.command()

@@ -7,6 +7,8 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -80,6 +82,7 @@ def run_up(
     broker_ports: list[str],
     connect_timeout: float,
     table: bool,
+    loop: str = "auto",
 ) -> None:
     try:
         split_address(bootstrap)
@@ -103,10 +106,32 @@ def run_up(
         connect_timeout=connect_timeout,
     )
     try:
-        asyncio.run(_serve(console, Tunnel(config, forwarder), table))
+        run_loop(_serve(console, Tunnel(config, forwarder), table), loop)
     except PortInUse as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from None
+
+
+LOOPS = ("auto", "asyncio", "uvloop")
+
+
+def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
+    """Run on uvloop (libuv: less CPU per byte forwarded) when asked or, with "auto", when
+    it is installed; otherwise on asyncio's own loop."""
+    if loop not in LOOPS:
+        raise typer.BadParameter(f"{loop!r} is not one of {', '.join(LOOPS)}", param_hint="--loop")
+    if loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise typer.BadParameter(
+                    "uvloop is not installed: pip install uvloop", param_hint="--loop"
+                ) from None
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
 
 
 async def _serve(console: Console, tunnel: Tunnel, table: bool) -> None:

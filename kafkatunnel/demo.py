@@ -1,16 +1,29 @@
-"""`kafkatunnel demo`: the problem and its fix, shown on the embedded local cluster."""
+"""`kafkatunnel demo`: the problem and its fix, on the embedded local cluster.
+
+1. An isolated cluster: three brokers whose advertised addresses are unreachable from here.
+2. The usual workaround, every broker name forwarded to one broker: groups coordinated by
+   any other broker get NOT_COORDINATOR and consume nothing.
+3. The tunnel: the same groups, and new ones, all consume everything, while the live table
+   shows each broker's forward and traffic.
+"""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster import LocalCluster, free_port
 from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.workload import GroupResult, consume_group
+from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
+from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.tunnel.view import status_table
+from kafkatunnel.workload import GroupResult, consume_group, consume_groups, produce
 
 MESSAGES = 50
 GROUPS_PER_BROKER = 2
@@ -20,23 +33,31 @@ GROUPS_PER_BROKER = 2
 class DemoReport:
     isolated: bool
     skipped: list[str] = field(default_factory=list)
-    without_tunnel: list[GroupResult] = field(default_factory=list)
-    with_tunnel: list[GroupResult] = field(default_factory=list)
+    without_tunnel: dict[str, GroupResult] = field(default_factory=dict)
+    with_tunnel: dict[str, GroupResult] = field(default_factory=dict)
+
+    @property
+    def control_reproduced(self) -> bool:
+        return not self.isolated or any(r.not_coordinator for r in self.without_tunnel.values())
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.with_tunnel)
+        return (
+            bool(self.with_tunnel)
+            and all(r.ok for r in self.with_tunnel.values())
+            and self.control_reproduced
+        )
 
 
-def _group_table(title: str, results: list[GroupResult], owner: dict[str, int]) -> Table:
-    table = Table(title=title)
-    for column in ("group", "coordinator", "consumed", "NOT_COORDINATOR", "verdict"):
+def _groups_table(title: str, results: dict[str, GroupResult], owner: dict[str, int]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("group", "coordinator", "consumed", "NOT_COORDINATOR seen", "result"):
         table.add_column(column)
-    for r in results:
+    for group, r in results.items():
         verdict = "[green]ok[/]" if r.ok else "[red]failed[/]"
         table.add_row(
-            r.group,
-            f"broker {owner[r.group]}",
+            group,
+            f"broker {owner[group]}",
             f"{r.consumed}/{r.expected}",
             str(r.not_coordinator),
             verdict,
@@ -44,48 +65,110 @@ def _group_table(title: str, results: list[GroupResult], owner: dict[str, int]) 
     return table
 
 
+def _cluster_table(cluster: LocalCluster) -> Table:
+    table = Table(
+        title="The local cluster, as its brokers advertise themselves", title_justify="left"
+    )
+    for column in ("node", "advertised address", "broker"):
+        table.add_column(column)
+    for b in cluster.mock:
+        table.add_row(str(b.node_id), b.address, "librdkafka mock broker")
+    if cluster.tansu:
+        table.add_row(str(cluster.tansu.node_id), cluster.tansu.address, "tansu broker")
+    return table
+
+
 def run_demo(console: Console) -> DemoReport:
-    console.rule("kafkatunnel demo")
+    console.rule("[bold]kafkatunnel demo")
     with LocalCluster() as cluster:
         report = DemoReport(isolated=cluster.isolated)
+        console.print(_cluster_table(cluster))
         if cluster.isolation_note:
             console.print(f"[yellow]{cluster.isolation_note}[/]")
-        brokers = Table(title="The local cluster (as its brokers advertise themselves)")
-        brokers.add_column("node")
-        brokers.add_column("advertised address")
-        brokers.add_column("kind")
-        for b in cluster.mock:
-            brokers.add_row(str(b.node_id), b.address, "librdkafka mock broker")
-        if cluster.tansu:
-            brokers.add_row(str(cluster.tansu.node_id), cluster.tansu.address, "tansu broker")
-        console.print(brokers)
-        if not cluster.isolated:
-            report.skipped.append(
-                "the single-port-forward control (needs root for network namespaces)"
-            )
-            console.print("[yellow]skipping the NOT_COORDINATOR control: needs isolation[/]")
-            return report
 
         topic = f"demo-{uuid.uuid4().hex[:6]}"
         leader = cluster.broker(cluster.partition_leaders(topic)[0])
-        cluster.produce_inside(topic, MESSAGES, partition=0)
         spread = cluster.groups_by_coordinator(GROUPS_PER_BROKER, prefix=f"{topic}-g")
         owner = {g: node for node, groups in spread.items() for g in groups}
-        console.print(
-            f"\nProduced {MESSAGES} messages to {topic}. Now forward every broker address to "
-            f"broker {leader.node_id} only, like one `kubectl port-forward`:"
-        )
-        with SingleForward(cluster, leader):
-            for group in owner:
-                report.without_tunnel.append(
-                    consume_group(
-                        leader.address,
-                        group,
-                        topic,
-                        MESSAGES,
-                        timeout=20,
-                        stop_after_coordinator_errors=3,
-                    )
+
+        if cluster.isolated:
+            cluster.produce_inside(topic, MESSAGES, partition=0)
+            console.print(
+                f"\n[bold]Without the tunnel.[/] {MESSAGES} messages are in {topic}. Every broker "
+                f"address is forwarded to broker {leader.node_id} only, as one "
+                "`kubectl port-forward` and a hosts entry would do:"
+            )
+            with SingleForward(cluster, leader):
+                report.without_tunnel = consume_groups(
+                    leader.address,
+                    dict.fromkeys(owner, MESSAGES),
+                    topic,
+                    timeout=30,
+                    stop_after_coordinator_errors=3,
                 )
-        console.print(_group_table("Without the tunnel", report.without_tunnel, owner))
+            console.print(_groups_table("Without the tunnel", report.without_tunnel, owner))
+        else:
+            report.skipped.append("the single-forward control: it needs network isolation (root)")
+            console.print(f"[yellow]skipped: {report.skipped[-1]}[/]")
+
+        forwarder: Forwarder
+        if cluster.isolated:
+            forwarder = ExecForwarder(cluster.exec_template())
+        else:
+            forwarder = DirectForwarder(
+                {
+                    tuple(k.rsplit(":", 1)): tuple(v.rsplit(":", 1))  # type: ignore[misc]
+                    for k, v in cluster.direct_map().items()
+                }
+            )
+        config = TunnelConfig(
+            bootstrap=cluster.mock[0].address, listen_port=free_port(), control_port=None
+        )
+        with BackgroundTunnel(config, forwarder) as tunnel:
+            console.print(
+                f"\n[bold]With the tunnel.[/] bootstrap.servers={tunnel.bootstrap_servers}; "
+                "producing and consuming with every group at once:"
+            )
+            already = set(spread[leader.node_id]) if cluster.isolated else set()
+            produce(tunnel.bootstrap_servers, topic, MESSAGES, prefix="t")
+            total = MESSAGES * 2 if cluster.isolated else MESSAGES
+            expected = {g: (MESSAGES if g in already else total) for g in owner}
+            report.with_tunnel = _consume_showing_table(console, tunnel, expected, topic)
+            console.print(_groups_table("With the tunnel", report.with_tunnel, owner))
+        _summary(console, report)
         return report
+
+
+def _consume_showing_table(
+    console: Console, tunnel: BackgroundTunnel, expected: dict[str, int], topic: str
+) -> dict[str, GroupResult]:
+    done = threading.Event()
+    with ThreadPoolExecutor(max_workers=len(expected)) as pool:
+        futures: dict[str, Future[GroupResult]] = {
+            g: pool.submit(consume_group, tunnel.bootstrap_servers, g, topic, n, timeout=60)
+            for g, n in expected.items()
+        }
+        with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:
+            while not done.wait(0.25):
+                live.update(Group(status_table(tunnel.status())))
+                done_count = sum(f.done() for f in futures.values())
+                if done_count == len(futures):
+                    done.set()
+        return {g: f.result() for g, f in futures.items()}
+
+
+def _summary(console: Console, report: DemoReport) -> None:
+    if report.without_tunnel:
+        failed = [g for g, r in report.without_tunnel.items() if r.not_coordinator]
+        console.print(
+            f"Without the tunnel: {len(failed)} of {len(report.without_tunnel)} groups stuck "
+            "on NOT_COORDINATOR."
+        )
+    good = [g for g, r in report.with_tunnel.items() if r.ok]
+    console.print(
+        f"With the tunnel: {len(good)} of {len(report.with_tunnel)} groups consumed everything."
+    )
+    if report.ok:
+        console.print("[bold green]demo ok[/]")
+    else:
+        console.print("[bold red]demo failed[/]")

@@ -15,7 +15,7 @@ import shlex
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, cast
 
 from kafkatunnel.probe import split_address
 
@@ -74,8 +74,7 @@ class _TcpUpstream(asyncio.Protocol, Upstream):
         self._closed = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
         self.downstream.upstream_data(data)
@@ -193,8 +192,7 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
         self._exited = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
+        self.transport = cast(asyncio.SubprocessTransport, transport)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -210,6 +208,8 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
     def process_exited(self) -> None:
         self._exited.set()
         self._report_lost()
+        if self.transport is not None:
+            self.transport.close()
 
     async def wait_closed(self) -> None:
         await self._exited.wait()
@@ -233,7 +233,7 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
         if self.transport is None:
             return None
         pipe = self.transport.get_pipe_transport(0)
-        return pipe if isinstance(pipe, asyncio.WriteTransport) else None
+        return cast(asyncio.WriteTransport | None, pipe)
 
     def write(self, data: Buffer) -> None:
         stdin = self._stdin()
@@ -242,21 +242,23 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
 
     def pause_reading(self) -> None:
         if self.transport is not None:
-            pipe = self.transport.get_pipe_transport(1)
-            if isinstance(pipe, asyncio.ReadTransport) and pipe.is_reading():
+            pipe = cast(asyncio.ReadTransport | None, self.transport.get_pipe_transport(1))
+            if pipe is not None and pipe.is_reading():
                 pipe.pause_reading()
 
     def resume_reading(self) -> None:
         if self.transport is not None:
-            pipe = self.transport.get_pipe_transport(1)
-            if isinstance(pipe, asyncio.ReadTransport) and not pipe.is_reading():
+            pipe = cast(asyncio.ReadTransport | None, self.transport.get_pipe_transport(1))
+            if pipe is not None and not pipe.is_reading():
                 pipe.resume_reading()
 
     def close(self) -> None:
-        if self.transport is not None:
+        # Kill, but close the transport only once the child is reaped (process_exited):
+        # a transport closed earlier abandons its Popen, and subprocess's clean-up of
+        # abandoned Popens would then reap the child behind asyncio's child watcher.
+        if self.transport is not None and not self._exited.is_set():
             with contextlib.suppress(ProcessLookupError):
                 self.transport.kill()
-            self.transport.close()
 
 
 class ExecForwarder(Forwarder):

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Exchange
+from kafkatunnel.protocol.passage import Chunk, Exchange
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint
 
@@ -35,17 +36,17 @@ class ClientConnection(asyncio.Protocol):
         self.peer = "?"
         self._closed = False
         self._connecting: asyncio.Task[None] | None = None
+        self._early: list[Chunk] = []  # client bytes that came before the upstream was open
 
     # -- client side ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.endpoint.connections += 1
         self.endpoint.total_connections += 1
-        transport.pause_reading()  # until the upstream is there
+        self.transport.pause_reading()  # until the upstream is there
         self._connecting = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -61,6 +62,9 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             self.upstream.close()
             return
+        for chunk in self._early:
+            self.upstream.write(chunk)
+        self._early.clear()
         assert self.transport is not None
         self.transport.resume_reading()
 
@@ -73,7 +77,9 @@ class ClientConnection(asyncio.Protocol):
             return
         self.endpoint.requests = sum(self.exchange.stats.requests.values())
         upstream = self.upstream
-        assert upstream is not None
+        if upstream is None:  # reading was paused, but some event loops deliver a first read
+            self._early.extend(chunks)
+            return
         for chunk in chunks:
             upstream.write(chunk)
 

@@ -11,6 +11,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.workload import consume_group, produce
@@ -24,7 +26,8 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path, loop: str) -> None:
     env = {"KAFKATUNNEL_STATE_DIR": str(tmp_path)}
     port = free_port_run(8)
     up = ManagedProcess(
@@ -32,7 +35,7 @@ def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path) -> None:
             sys.executable, "-m", "kafkatunnel", "up",
             "--bootstrap", cluster.mock[0].address,
             "--via", "exec", "--exec", cluster.exec_template(),
-            "--listen", f"127.0.0.1:{port}", "--no-table",
+            "--listen", f"127.0.0.1:{port}", "--no-table", "--loop", loop,
         ],
         name="kafkatunnel-up", env=env,
     )  # fmt: skip

@@ -1,0 +1,249 @@
+"""Throughput and latency through kafkatunnel, side by side with the alternatives.
+
+    .venv/bin/python scripts/bench_tunnel.py [--rounds 3] [--messages 100000]
+
+Four paths to a tansu broker on this machine's loopback, each its own broker process:
+  direct       the client talks to the broker
+  socat        a plain TCP relay (the broker advertises the relay's address)
+  tansu-proxy  `tansu proxy`, a Rust Kafka proxy (same binary as the broker)
+  kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
+               a Kubernetes name that only the tunnel's rewriting makes usable
+Rounds interleave the paths, so the machine's noise falls on all of them alike. Produce:
+N x 1 KiB, acks=1; consume: the same N from the start; latency: Metadata round trips on
+one connection (each rewritten by the proxies that rewrite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import confluent_kafka
+
+from kafkatunnel.localcluster import free_port
+from kafkatunnel.localcluster.harness import TANSU_HOST, tansu_binary
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.probe import ProbeConnection
+from kafkatunnel.waiting import wait_for
+
+VALUE = 1024
+
+
+@dataclass
+class Path_:
+    name: str
+    bootstrap: str = ""
+    processes: list[ManagedProcess] = field(default_factory=list)
+    produce: list[float] = field(default_factory=list)
+    consume: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+
+
+def _listening(port: int, process: ManagedProcess) -> None:
+    import socket
+
+    def up() -> bool:
+        if not process.alive():
+            raise RuntimeError(f"{process.name} exited:\n{process.output()}")
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+
+    wait_for(up, timeout=30, what=f"{process.name} on {port}")
+
+
+def broker(listen: int, advertised: str) -> ManagedProcess:
+    process = ManagedProcess(
+        [
+            tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{listen}",
+            "--advertised-listener-url", f"tcp://{advertised}",
+            "--storage-engine", "memory://tansu/", "--silent",
+        ],
+        name=f"tansu-{listen}",
+    )  # fmt: skip
+    _listening(listen, process)
+    return process
+
+
+def start_paths(loops: list[str]) -> list[Path_]:
+    paths = []
+    p = free_port()
+    direct = Path_("direct", f"127.0.0.1:{p}", [broker(p, f"127.0.0.1:{p}")])
+    paths.append(direct)
+
+    p, q = free_port(), free_port()
+    relay = Path_("socat", f"127.0.0.1:{q}", [broker(p, f"127.0.0.1:{q}")])
+    socat = ManagedProcess(
+        [
+            "socat",
+            f"TCP-LISTEN:{q},bind=127.0.0.1,fork,reuseaddr,nodelay",
+            f"TCP:127.0.0.1:{p},nodelay",
+        ],
+        name="socat",
+    )
+    _listening(q, socat)
+    relay.processes.append(socat)
+    paths.append(relay)
+
+    p, q = free_port(), free_port()
+    proxied = Path_("tansu-proxy", f"127.0.0.1:{q}", [broker(p, f"127.0.0.1:{p}")])
+    proxy = ManagedProcess(
+        [
+            tansu_binary(), "proxy", "--listener-url", f"tcp://127.0.0.1:{q}",
+            "--advertised-listener-url", f"tcp://127.0.0.1:{q}",
+            "--origin-url", f"tcp://127.0.0.1:{p}",
+        ],
+        name="tansu-proxy",
+    )  # fmt: skip
+    _listening(q, proxy)
+    proxied.processes.append(proxy)
+    paths.append(proxied)
+
+    for loop in loops:
+        p, q = free_port(), free_port()
+        name = "kafkatunnel" + ("" if loop == "uvloop" else f" ({loop})")
+        tunneled = Path_(name, f"127.0.0.1:{q}", [broker(p, f"{TANSU_HOST}:{p}")])
+        up = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", f"{TANSU_HOST}:{p}",
+                "--via", "direct", "--map", f"{TANSU_HOST}:{p}=127.0.0.1:{p}",
+                "--listen", f"127.0.0.1:{q}", "--no-table", "--loop", loop,
+            ],
+            name=name,
+            env={"KAFKATUNNEL_STATE_DIR": f"/tmp/kafkatunnel-bench-{os.getpid()}"},
+        )  # fmt: skip
+        up.wait_for_line(r"^bootstrap\.servers=", timeout=30)
+        tunneled.processes.append(up)
+        paths.append(tunneled)
+    return paths
+
+
+def produce(bootstrap: str, topic: str, count: int) -> float:
+    payload = random.randbytes(VALUE)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 1_000_000}
+    )
+    producer.produce(topic, b"warm-up")
+    producer.flush(30)
+    start = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if remaining:
+        raise RuntimeError(f"{remaining} messages not delivered to {bootstrap}")
+    return count * VALUE / elapsed / 1e6
+
+
+def consume(bootstrap: str, topic: str, count: int) -> float:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+         "enable.auto.commit": False, "fetch.max.bytes": 52428800}
+    )  # fmt: skip
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in partitions
+        ]
+    )
+    seen = 0
+    start: float | None = None
+    deadline = time.monotonic() + 120
+    while seen < count + 1 and time.monotonic() < deadline:
+        for message in consumer.consume(10000, 1.0):
+            if message.error() is None:
+                if start is None:
+                    start = time.perf_counter()
+                seen += 1
+    elapsed = time.perf_counter() - (start or time.perf_counter())
+    consumer.close()
+    if seen < count + 1:
+        raise RuntimeError(f"consumed {seen} of {count + 1} from {bootstrap}")
+    return count * VALUE / elapsed / 1e6
+
+
+def latency(bootstrap: str, requests: int) -> tuple[float, float]:
+    samples = []
+    with ProbeConnection(bootstrap) as probe:
+        probe.brokers()
+        for _ in range(requests):
+            start = time.perf_counter_ns()
+            probe.brokers()
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument(
+        "--loops", default="uvloop,asyncio", help="event loops to run kafkatunnel on, each a path"
+    )
+    args = parser.parse_args()
+    paths = start_paths(args.loops.split(","))
+    try:
+        for round_ in range(args.rounds):
+            order = paths[:]
+            random.shuffle(order)
+            for path in order:
+                topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
+                path.produce.append(produce(path.bootstrap, topic, args.messages))
+                path.consume.append(consume(path.bootstrap, topic, args.messages))
+                p50, p99 = latency(path.bootstrap, args.requests)
+                path.p50.append(p50)
+                path.p99.append(p99)
+                print(
+                    f"round {round_ + 1} {path.name:12} produce {path.produce[-1]:7.1f} MB/s  "
+                    f"consume {path.consume[-1]:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms",
+                    flush=True,
+                )
+    finally:
+        for path in paths:
+            for process in path.processes:
+                process.stop()
+    report(paths, args)
+
+
+def report(paths: list[Path_], args: argparse.Namespace) -> None:
+    direct = paths[0]
+    med = statistics.median
+    print(f"\n{args.rounds} rounds, {args.messages:,} x {VALUE} B, acks=1; medians over rounds\n")
+    print(
+        "| path | produce MB/s | vs direct | consume MB/s | vs direct | p50 ms | p99 ms | added |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        produced, consumed, p99 = med(path.produce), med(path.consume), med(path.p99)
+        cells = [
+            path.name,
+            f"{produced:.0f}",
+            f"{produced / med(direct.produce):.0%}",
+            f"{consumed:.0f}",
+            f"{consumed / med(direct.consume):.0%}",
+            f"{med(path.p50):.3f}",
+            f"{p99:.3f}",
+            f"{p99 - med(direct.p99):+.3f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
