@@ -108,6 +108,37 @@ def status(
     run_status(console, as_json, port)
 
 
+dns_app = typer.Typer(help="Point this machine's resolver at a running tunnel's DNS shim.")
+app.add_typer(dns_app, name="dns")
+
+
+@dns_app.command("setup")
+def dns_setup_command(
+    method: str = typer.Option("auto", help="auto, systemd-resolved, resolver-dir or hosts."),
+    port: int | None = typer.Option(None, help="The tunnel whose bootstrap port this is."),
+    dry_run: bool = typer.Option(False, help="Print what would be done, change nothing."),
+    hosts_file: str = typer.Option("/etc/hosts", help="For --method hosts."),
+    resolver_dir: str = typer.Option("/etc/resolver", help="For --method resolver-dir (macOS)."),
+    apply: bool = typer.Option(False, help="macOS: also add the lo0 aliases (runs sudo)."),
+) -> None:
+    """Route the cluster's names to the running tunnel's DNS shim (undo: dns teardown)."""
+    from kafkatunnel.cli_dns import run_dns_setup
+
+    run_dns_setup(console, method, port, dry_run, hosts_file, resolver_dir, apply)
+
+
+@dns_app.command("teardown")
+def dns_teardown_command(
+    dry_run: bool = typer.Option(False, help="Print what would be undone, change nothing."),
+) -> None:
+    """Undo everything `dns setup` (or `up --dns`) did, also after a crash."""
+    from kafkatunnel.dns.resolver import teardown
+
+    steps = teardown(dry_run=dry_run)
+    for step in steps or ["nothing to undo"]:
+        console.print(("would " if dry_run else "") + step)
+
+
 @app.command()
 def demo() -> None:
     """Bring up the embedded local cluster and show the problem and the fix."""

@@ -8,12 +8,16 @@ import json
 import signal
 import sys
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.live import Live
 
+from kafkatunnel.dns.resolver import METHODS
+from kafkatunnel.dns.resolver import setup as resolver_setup
+from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
     DirectForwarder,
@@ -74,6 +78,14 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, port
 
 
+@dataclass
+class DnsOptions:
+    enabled: bool = False
+    listen: str = "127.0.0.1:53"
+    setup: str = "auto"  # a resolver method, or "none"
+    first_address: str = "127.0.0.2"
+
+
 def run_up(
     console: Console,
     bootstrap: str,
@@ -83,6 +95,9 @@ def run_up(
     connect_timeout: float,
     table: bool,
     loop: str = "auto",
+    mode: str = "rewrite",
+    dns: DnsOptions | None = None,
+    brokers: list[str] | None = None,
 ) -> None:
     try:
         split_address(bootstrap)
@@ -98,16 +113,35 @@ def run_up(
             f"[yellow]warning: listening on {host}, not loopback: other machines can reach "
             "your cluster through this tunnel[/]"
         )
-    config = TunnelConfig(
-        bootstrap=bootstrap,
-        listen_host=host,
-        listen_port=port,
-        broker_ports=parse_broker_ports(broker_ports),
-        connect_timeout=connect_timeout,
-    )
+    dns = dns or DnsOptions()
+    for entry in brokers or []:
+        try:
+            split_address(entry)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{entry!r}: expected HOST:PORT", param_hint="--broker"
+            ) from None
+    if dns.setup not in ("none", *METHODS):
+        raise typer.BadParameter(
+            f"{dns.setup!r} is not one of none, {', '.join(METHODS)}", param_hint="--dns-setup"
+        )
     try:
-        run_loop(_serve(console, Tunnel(config, forwarder), table), loop)
-    except PortInUse as error:
+        config = TunnelConfig(
+            bootstrap=bootstrap,
+            listen_host=host,
+            listen_port=port,
+            broker_ports=parse_broker_ports(broker_ports),
+            connect_timeout=connect_timeout,
+            mode=mode,
+            dns_listen=parse_listen(dns.listen) if dns.enabled else None,
+            first_dns_address=dns.first_address,
+            brokers=list(brokers or []),
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--mode") from None
+    try:
+        run_loop(_serve(console, Tunnel(config, forwarder), table, dns), loop)
+    except (PortInUse, OSError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from None
 
@@ -134,14 +168,25 @@ def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
     asyncio.run(main)
 
 
-async def _serve(console: Console, tunnel: Tunnel, table: bool) -> None:
+async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await tunnel.start()
     print(f"bootstrap.servers={tunnel.bootstrap_servers}", flush=True)
+    configured = False
     try:
+        if tunnel.dns is not None and dns.setup != "none":
+            status = tunnel.status()["dns"]
+            plan = resolver_setup(
+                method=dns.setup,
+                names=status["names"],
+                domains=status["domains"],
+                server=parse_listen(status["listen"]),
+            )
+            configured = True
+            print(f"resolver: {plan.method}: " + "; ".join(plan.steps), flush=True)
         if table and console.is_terminal:
             with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:
                 while not stop.is_set():
@@ -154,6 +199,9 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool) -> None:
                 print(f"{node}: {endpoint.local} -> {endpoint.advertised}", flush=True)
             await stop.wait()
     finally:
+        if configured:
+            for step in resolver_teardown():
+                print(f"resolver: {step}", file=sys.stderr, flush=True)
         await tunnel.stop()
         print("tunnel closed", file=sys.stderr, flush=True)
 

@@ -40,6 +40,27 @@ class Coordinator:
         return f"{self.host}:{self.port}"
 
 
+def encode_request(payload: Any, correlation_id: int, client_id: str = "kafkatunnel") -> bytes:
+    """A whole request frame for a kio request payload."""
+    header_type: Any = RequestHeaderV2 if payload.__flexible__ else RequestHeaderV1
+    header = header_type(
+        request_api_key=int(payload.__api_key__),
+        request_api_version=int(payload.__version__),
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    out = io.BytesIO()
+    entity_writer(header_type)(out, header)
+    entity_writer(type(payload))(out, payload)
+    return frame(out.getvalue())
+
+
+def metadata_request(correlation_id: int) -> bytes:
+    """Metadata v1 for no topic: the broker list only."""
+    request_type: Any = load_request_schema(METADATA, 1)
+    return encode_request(request_type(topics=()), correlation_id)
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -70,17 +91,7 @@ class ProbeConnection:
     def request(self, payload: Any) -> Any:
         api_key, version = int(payload.__api_key__), int(payload.__version__)
         self._correlation += 1
-        header_type: Any = RequestHeaderV2 if payload.__flexible__ else RequestHeaderV1
-        header = header_type(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=self._correlation,
-            client_id="kafkatunnel-probe",
-        )
-        out = io.BytesIO()
-        entity_writer(header_type)(out, header)
-        entity_writer(type(payload))(out, payload)
-        self.sock.sendall(frame(out.getvalue()))
+        self.sock.sendall(encode_request(payload, self._correlation))
         while True:
             chunk = self.sock.recv(65536)
             if not chunk:

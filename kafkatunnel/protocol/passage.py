@@ -223,3 +223,23 @@ class Exchange:
     def on_response(self, request: InFlight, whole: bytes | None) -> None:
         if self._on_response is not None:
             self._on_response(request, whole)
+
+
+class Pipe:
+    """The Exchange of transparent mode: bytes pass both ways untouched and unread (TLS and
+    SASL stay end to end)."""
+
+    def __init__(self) -> None:
+        self.stats = ExchangeStats()
+
+    def from_client(self, data: bytes) -> list[Chunk]:
+        return [data]
+
+    def from_broker(self, data: bytes) -> list[Chunk]:
+        return [data]
+
+    def client_closed(self) -> None:
+        return None
+
+    def broker_closed(self) -> None:
+        return None

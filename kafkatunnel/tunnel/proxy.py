@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import cast
 
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Chunk, Exchange
+from kafkatunnel.protocol.passage import Chunk, Exchange, Pipe
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint
 
@@ -22,7 +22,7 @@ class ClientConnection(asyncio.Protocol):
         self,
         endpoint: Endpoint,
         forwarder: Forwarder,
-        make_exchange: Callable[[Endpoint], Exchange],
+        make_exchange: Callable[[Endpoint], Exchange | Pipe],
         connect_timeout: float,
         on_close: Callable[[ClientConnection], None],
     ) -> None:

@@ -7,6 +7,7 @@ order; later ones take the next indexes), or what `--broker-port NODE=PORT` says
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Endpoint:
     bytes_out: int = 0  # broker -> client
     requests: int = 0
     errors: int = 0
+    dns_address: str | None = None  # its own loopback address, for the DNS shim
     last_error: str | None = None
     last_error_at: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
@@ -62,6 +64,7 @@ class Endpoint:
             "requests": self.requests,
             "errors": self.errors,
             "last_error": self.last_error,
+            "dns_address": self.dns_address,
             **self.extra,
         }
 
@@ -76,7 +79,9 @@ class BrokerRegistry:
         bootstrap_port: int,
         fixed_ports: dict[int, int] | None = None,
         on_new: Callable[[Endpoint], None] | None = None,
+        first_dns_address: str = "127.0.0.2",
     ) -> None:
+        self.first_dns_address = ipaddress.IPv4Address(first_dns_address)
         self.listen_host = listen_host
         self.bootstrap_port = bootstrap_port
         self.fixed_ports = dict(fixed_ports or {})
@@ -110,6 +115,7 @@ class BrokerRegistry:
                 address.port,
                 self.listen_host,
                 self._port_for(address.node_id),
+                dns_address=str(self.first_dns_address + len(self.brokers)),
             )
             self.brokers[address.node_id] = endpoint
             new.append(endpoint)

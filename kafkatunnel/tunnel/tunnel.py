@@ -18,12 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkatunnel.dns.names import Zone, broker_name
+from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.correlation import InFlight
+from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from kafkatunnel.protocol.passage import Exchange
+from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
 from kafkatunnel.tunnel.control import ControlServer
+from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder
 from kafkatunnel.tunnel.proxy import ClientConnection
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
@@ -32,6 +36,7 @@ log = logging.getLogger("kafkatunnel.tunnel")
 
 # Responses that list brokers: learn them all (in node-id order) before rewriting any.
 DISCOVERY_APIS = (3, 10, 60)
+MODES = ("rewrite", "transparent")
 
 
 class PortInUse(RuntimeError):
@@ -49,6 +54,18 @@ class TunnelConfig:
     control_port: int | None = 0  # 0: any free loopback port; None: no control endpoint
     discover_timeout: float = 10.0
     discover_at_start: bool = True  # off: brokers are learned only from clients' traffic
+    mode: str = "rewrite"  # or "transparent": bytes pass untouched (TLS, SASL end to end)
+    dns_listen: tuple[str, int] | None = None  # serve the brokers' names here
+    first_dns_address: str = "127.0.0.2"  # broker i gets this address + i
+    brokers: list[str] = field(default_factory=list)  # advertised HOST:PORT known up front
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode == "transparent" and self.dns_listen is None:
+            raise ValueError(
+                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own names"
+            )
 
 
 def bind_listener(host: str, port: int, flag: str) -> socket.socket:
@@ -79,8 +96,17 @@ class Tunnel:
         self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)
         self.bootstrap.route = forwarder.describe(host, port)
         self.registry = BrokerRegistry(
-            config.listen_host, config.listen_port, config.broker_ports, on_new=self._open_broker
+            config.listen_host,
+            config.listen_port,
+            config.broker_ports,
+            on_new=self._open_broker,
+            first_dns_address=config.first_dns_address,
         )
+        self.transparent = config.mode == "transparent"
+        self.zone = Zone()
+        self.dns: DnsServer | None = None
+        if config.dns_listen is not None:
+            self.dns = DnsServer(self.zone, *config.dns_listen)
         self.caps = rewrite_caps()
         self.connections: set[ClientConnection] = set()
         self.servers: list[asyncio.Server] = []
@@ -101,13 +127,37 @@ class Tunnel:
         self._loop = asyncio.get_running_loop()
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
         await self._serve(sock, self.bootstrap)
+        if self.dns is not None:
+            await self.dns.start()
         if self.config.control_port is not None:
             self.control = ControlServer(
                 self.status, self.metrics, self.config.listen_port, self.config.control_port
             )
             await self.control.start()
-        if self.config.discover_at_start:
-            await self.discover()
+        known = [split_address(b) for b in self.config.brokers]
+        self.registry.learn(BrokerAddress(i, h, p) for i, (h, p) in enumerate(known))
+        if self.config.discover_at_start and not known:
+            if self.transparent:
+                await self.discover_directly()
+            else:
+                await self.discover()
+
+    async def discover_directly(self) -> bool:
+        """Transparent mode: a plaintext Metadata request through the forwarder (the
+        clients' own connections are never read). A TLS cluster needs --broker instead."""
+        host, port = self.bootstrap.advertised_host, self.bootstrap.advertised_port
+        try:
+            brokers = await probe_brokers(self.forwarder, host, port, self.config.discover_timeout)
+        except (OSError, ConnectionError, TimeoutError, ProtocolError) as error:
+            note = (
+                f"could not list the brokers with a plaintext request ({error or 'timed out'}); "
+                "with TLS, name every broker with --broker HOST:PORT"
+            )
+            self.notes.append(note)
+            log.warning(note)
+            return False
+        self.registry.learn(brokers)
+        return bool(brokers)
 
     async def discover(self) -> bool:
         """Ask the cluster for its brokers through our own bootstrap listener, so every
@@ -144,6 +194,8 @@ class Tunnel:
             task.cancel()
         if self.control is not None:
             await self.control.stop()
+        if self.dns is not None:
+            await self.dns.stop()
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -154,21 +206,35 @@ class Tunnel:
         endpoint.state = "listening"
 
     def _open_broker(self, endpoint: Endpoint) -> None:
-        """Bind a new broker's listener right away (called while a response naming it is
-        being rewritten); accepting starts on the next turn of the event loop."""
+        """Bind a new broker's listeners right away (called while a response naming it is
+        being rewritten); accepting starts on the next turn of the event loop.
+
+        Rewrite mode listens on 127.0.0.1:<its port>; with DNS, also on the broker's own
+        loopback address and advertised port, which its names resolve to. Transparent mode
+        listens only there, and passes bytes untouched."""
         endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
-        flag = f"--broker-port {endpoint.node_id}=PORT"
-        try:
-            sock = bind_listener(endpoint.listen_host, endpoint.listen_port, flag)
-        except PortInUse as error:
-            endpoint.state = "port in use"
-            endpoint.record_error(str(error))
-            log.error("broker %s: %s", endpoint.node_id, error)
-            return
-        assert self._loop is not None
-        task = self._loop.create_task(self._serve(sock, endpoint))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        listeners = []
+        if not self.transparent:
+            flag = f"--broker-port {endpoint.node_id}=PORT"
+            listeners.append((endpoint.listen_host, endpoint.listen_port, flag))
+        if self.dns is not None and endpoint.dns_address is not None:
+            self.zone.add(broker_name(endpoint.advertised_host), endpoint.dns_address)
+            flag = "--dns-first-address ADDRESS"
+            listeners.append((endpoint.dns_address, endpoint.advertised_port, flag))
+            if self.transparent:
+                endpoint.listen_host, endpoint.listen_port = listeners[-1][:2]
+        for host, port, flag in listeners:
+            try:
+                sock = bind_listener(host, port, flag)
+            except PortInUse as error:
+                endpoint.state = "port in use"
+                endpoint.record_error(str(error))
+                log.error("broker %s: %s", endpoint.node_id, error)
+                return
+            assert self._loop is not None
+            task = self._loop.create_task(self._serve(sock, endpoint))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
         log.info("broker %s %s -> %s", endpoint.node_id, endpoint.advertised, endpoint.local)
 
     def _connection(self, endpoint: Endpoint) -> ClientConnection:
@@ -182,7 +248,9 @@ class Tunnel:
         self.connections.add(connection)
         return connection
 
-    def _exchange(self, endpoint: Endpoint) -> Exchange:
+    def _exchange(self, endpoint: Endpoint) -> Exchange | Pipe:
+        if self.transparent:
+            return Pipe()
         return Exchange(
             self.registry.map,
             self.caps,
@@ -205,8 +273,18 @@ class Tunnel:
             "via": self.forwarder.kind,
             "pid": os.getpid(),
             "started_at": self.started_at,
+            "mode": self.config.mode,
             "notes": self.notes,
             "endpoints": [e.as_dict() for e in self.endpoints()],
+            "dns": None
+            if self.dns is None
+            else {
+                "listen": f"{self.dns.host}:{self.dns.port}",
+                "names": self.zone.names,
+                "domains": self.zone.domains,
+                "answered": self.dns.answered,
+                "dropped": self.dns.dropped,
+            },
         }
 
     def metrics(self) -> str:

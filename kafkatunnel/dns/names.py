@@ -1,0 +1,88 @@
+"""The names a Kubernetes broker answers to, and where the cluster's zone begins and ends.
+
+A pod behind a headless service is `pod.service.namespace.svc.<cluster domain>`; inside the
+cluster the search path also resolves `pod.service`, `pod.service.namespace` and
+`pod.service.namespace.svc`. Strimzi advertises `...svc` without the cluster domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+def normalize(name: str) -> str:
+    """Lower case, no trailing dot: DNS names compare case-insensitively."""
+    return name.rstrip(".").lower()
+
+
+@dataclass(frozen=True)
+class BrokerName:
+    """One broker's advertised name and every form of it that should resolve."""
+
+    advertised: str
+    forms: frozenset[str]
+    suffixes: frozenset[str]  # the service-level names under which unknown names are NXDOMAIN
+
+
+def broker_name(advertised: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> BrokerName:
+    host = normalize(advertised)
+    labels = host.split(".")
+    if "svc" in labels[2:]:
+        svc = labels.index("svc", 2)
+        pod, service, namespace = labels[0], labels[1], labels[2]
+        domain = ".".join(labels[svc + 1 :]) or cluster_domain
+        full = f"{pod}.{service}.{namespace}.svc.{domain}"
+        forms = {
+            f"{pod}.{service}",
+            f"{pod}.{service}.{namespace}",
+            f"{pod}.{service}.{namespace}.svc",
+            full,
+            host,
+        }
+        suffixes = {
+            f"{service}",
+            f"{service}.{namespace}",
+            f"{service}.{namespace}.svc",
+            f"{namespace}.svc",
+            "svc",
+            f"svc.{domain}",
+            domain,
+        }
+        return BrokerName(host, frozenset(forms), frozenset(suffixes))
+    parent = ".".join(labels[1:]) or host
+    return BrokerName(host, frozenset({host}), frozenset({parent}))
+
+
+class Zone:
+    """Name -> IPv4 address for the brokers; knows which names are inside the cluster's zone."""
+
+    def __init__(self) -> None:
+        self._addresses: dict[str, str] = {}
+        self._suffixes: set[str] = set()
+
+    def add(self, name: BrokerName, address: str) -> None:
+        for form in name.forms:
+            self._addresses[form] = address
+        self._suffixes |= name.suffixes
+
+    def lookup(self, name: str) -> str | None:
+        return self._addresses.get(normalize(name))
+
+    def contains(self, name: str) -> bool:
+        """Whether `name` is inside the zone (so unknown means NXDOMAIN, not REFUSED)."""
+        key = normalize(name)
+        if key in self._addresses or key in self._suffixes:
+            return True
+        return any(key.endswith("." + suffix) for suffix in self._suffixes)
+
+    @property
+    def names(self) -> dict[str, str]:
+        return dict(self._addresses)
+
+    @property
+    def domains(self) -> list[str]:
+        """The most specific domains to route to the shim (for resolver set-up)."""
+        dotted = [s for s in self._suffixes if "." in s]
+        return sorted(s for s in dotted if not any(s.endswith("." + o) for o in dotted))

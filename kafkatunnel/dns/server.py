@@ -1,0 +1,95 @@
+"""The DNS shim's sockets: UDP with asyncio-dgram, and TCP (two-byte length prefix), both
+answering from one Zone. A bad packet is dropped or answered FORMERR; the loop goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import asyncio_dgram
+
+from kafkatunnel.dns.answer import answer
+from kafkatunnel.dns.names import Zone
+
+log = logging.getLogger("kafkatunnel.dns")
+
+
+class DnsServer:
+    def __init__(self, zone: Zone, host: str = "127.0.0.1", port: int = 53) -> None:
+        self.zone = zone
+        self.host = host
+        self.port = port
+        self.answered = 0
+        self.dropped = 0
+        self._udp: asyncio_dgram.DatagramServer | None = None
+        self._tcp: asyncio.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            self._udp = await asyncio_dgram.bind((self.host, self.port))
+        except OSError as error:
+            raise OSError(
+                error.errno,
+                f"cannot serve DNS on {self.host}:{self.port} (udp): {error.strerror}; "
+                "port 53 needs root (or CAP_NET_BIND_SERVICE), or choose --dns-listen",
+            ) from None
+        self.port = self._udp.sockname[1]
+        self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+        self._task = asyncio.get_running_loop().create_task(self._serve_udp())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._udp is not None:
+            self._udp.close()
+        if self._tcp is not None:
+            self._tcp.close()
+            await self._tcp.wait_closed()
+
+    async def _serve_udp(self) -> None:
+        assert self._udp is not None
+        while True:
+            try:
+                data, peer = await self._udp.recv()
+            except asyncio_dgram.TransportClosed:
+                return
+            except OSError as error:
+                # e.g. ECONNREFUSED: an ICMP "port unreachable" for an earlier reply to a
+                # client that has gone. It concerns that client only; keep serving.
+                log.debug("DNS socket error ignored: %s", error)
+                continue
+            reply = self._answer(data, udp=True)
+            if reply is not None:
+                with contextlib.suppress(OSError, asyncio_dgram.TransportClosed):
+                    await self._udp.send(reply, peer)
+
+    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await asyncio.wait_for(reader.readexactly(2), 10), "big")
+                data = await asyncio.wait_for(reader.readexactly(size), 10)
+                reply = self._answer(data, udp=False)
+                if reply is None:
+                    break
+                writer.write(len(reply).to_bytes(2, "big") + reply)
+                await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, data: bytes, udp: bool) -> bytes | None:
+        try:
+            reply = answer(data, self.zone, udp=udp)
+        except Exception as error:
+            log.warning("dropped a DNS packet that broke the parser: %r", error)
+            reply = None
+        if reply is None:
+            self.dropped += 1
+        else:
+            self.answered += 1
+        return reply

@@ -1,0 +1,108 @@
+"""Answering DNS queries: every short form of a broker's name, case and trailing dots,
+AAAA, NXDOMAIN inside the zone, REFUSED outside, several questions, truncation."""
+
+from __future__ import annotations
+
+import pytest
+from dnslib import EDNS0, QTYPE, RCODE, DNSQuestion, DNSRecord
+
+from kafkatunnel.dns import Zone, answer, broker_name
+
+FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
+
+
+@pytest.fixture
+def zone() -> Zone:
+    z = Zone()
+    for i in range(3):
+        z.add(broker_name(FULL.format(i)), f"127.0.0.{2 + i}")
+    return z
+
+
+def ask(zone: Zone, *names: str, qtype: str = "A", udp: bool = True) -> DNSRecord:
+    query = DNSRecord.question(names[0], qtype)
+    for name in names[1:]:
+        query.add_question(DNSQuestion(name, getattr(QTYPE, qtype)))
+    raw = answer(query.pack(), zone, udp=udp)
+    assert raw is not None
+    reply = DNSRecord.parse(raw)
+    assert reply.header.id == query.header.id and reply.header.qr == 1
+    return reply
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kafka-1.kafka-headless",
+        "kafka-1.kafka-headless.demo",
+        "kafka-1.kafka-headless.demo.svc",
+        "kafka-1.kafka-headless.demo.svc.cluster.local",
+        "kafka-1.kafka-headless.demo.svc.cluster.local.",
+        "KAFKA-1.Kafka-Headless.DEMO.svc.cluster.local",
+    ],
+)
+def test_every_form_resolves(zone: Zone, name: str) -> None:
+    reply = ask(zone, name)
+    assert reply.header.rcode == RCODE.NOERROR
+    assert [str(rr.rdata) for rr in reply.rr] == ["127.0.0.3"]
+    assert reply.header.aa == 1
+
+
+def test_aaaa_is_an_empty_answer(zone: Zone) -> None:
+    reply = ask(zone, FULL.format(0), qtype="AAAA")
+    assert reply.header.rcode == RCODE.NOERROR and reply.rr == []
+
+
+@pytest.mark.parametrize(
+    "name", ["kafka-7.kafka-headless.demo.svc.cluster.local", "zookeeper.demo.svc.cluster.local",
+             "other.kafka-headless"],
+)  # fmt: skip
+def test_other_names_inside_the_zone_are_nxdomain(zone: Zone, name: str) -> None:
+    assert ask(zone, name).header.rcode == RCODE.NXDOMAIN
+
+
+@pytest.mark.parametrize("name", ["example.com", "localhost", "cluster.local.evil.com", "com"])
+def test_names_outside_the_zone_are_refused(zone: Zone, name: str) -> None:
+    reply = ask(zone, name)
+    assert reply.header.rcode == RCODE.REFUSED and reply.rr == []
+    assert reply.header.ra == 0  # and it never recurses
+
+
+def test_several_questions(zone: Zone) -> None:
+    reply = ask(zone, FULL.format(0), FULL.format(2))
+    assert [str(rr.rdata) for rr in reply.rr] == ["127.0.0.2", "127.0.0.4"]
+    mixed = ask(zone, FULL.format(0), "example.com")
+    assert mixed.header.rcode == RCODE.REFUSED and mixed.rr == []
+
+
+def test_truncation_over_udp_and_not_over_tcp(zone: Zone) -> None:
+    names = [FULL.format(i % 3) for i in range(60)]  # 60 answers: over 512 bytes compressed
+    udp = ask(zone, *names)
+    assert udp.header.tc == 1 and udp.rr == []
+    tcp = ask(zone, *names, udp=False)
+    assert tcp.header.tc == 0 and len(tcp.rr) == 60
+    edns = DNSRecord.question(names[0])
+    for name in names[1:]:
+        edns.add_question(DNSQuestion(name))
+    edns.add_ar(EDNS0(udp_len=4096))
+    raw = answer(edns.pack(), zone)
+    assert raw is not None and len(DNSRecord.parse(raw).rr) == 60  # the bigger buffer
+
+
+def test_garbage(zone: Zone) -> None:
+    assert answer(b"", zone) is None
+    assert answer(b"\x12\x34", zone) is None
+    formerr = answer(b"\x12\x34\x01\x00" + b"\x00\x01" + b"\x00" * 6 + b"\xff\xff", zone)
+    assert formerr is not None and formerr[:2] == b"\x12\x34"
+    assert DNSRecord.parse(formerr).header.rcode == RCODE.FORMERR
+    response = DNSRecord.question(FULL.format(0)).reply().pack()
+    assert answer(response, zone) is None  # never answer a response (no reflection loops)
+
+
+def test_strimzi_names() -> None:
+    zone = Zone()
+    zone.add(broker_name("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc"), "127.0.0.2")
+    for name in ("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc",
+                 "my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc.cluster.local",
+                 "my-cluster-kafka-0.my-cluster-kafka-brokers"):  # fmt: skip
+        assert zone.lookup(name) == "127.0.0.2", name
