@@ -57,10 +57,10 @@ def test_udp_tcp_and_garbage_storm() -> None:
                 if i % 2:
                     packet = rng.randbytes(rng.randint(0, 300))
                 else:  # a real query cut short or with a byte changed
-                    packet = bytearray(valid[: rng.randint(0, len(valid))])
-                    if packet:
-                        packet[rng.randrange(len(packet))] = rng.randrange(256)
-                    packet = bytes(packet)
+                    mutated = bytearray(valid[: rng.randint(0, len(valid))])
+                    if mutated:
+                        mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+                    packet = bytes(mutated)
                 sender.sendto(packet, ("127.0.0.1", server.port))
                 if i % 100 == 99:
                     # Paced, so the kernel drops none: the server must process every one.
