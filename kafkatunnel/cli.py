@@ -89,12 +89,29 @@ def up(
     loop: str = typer.Option(
         "auto", help="Event loop: auto (uvloop if installed), asyncio, uvloop."
     ),
+    mode: str = typer.Option(
+        "rewrite", help="rewrite: clients see tunnel addresses; transparent: bytes untouched."
+    ),
+    dns: bool = typer.Option(False, help="Serve the brokers' names, each on its own loopback."),
+    dns_listen: str = typer.Option("127.0.0.1:53", help="Where the DNS shim listens."),
+    dns_setup: str = typer.Option(
+        "auto",
+        help="Point the resolver at the shim: auto, hosts, resolver-dir, systemd-resolved, none.",
+    ),
+    dns_first_address: str = typer.Option("127.0.0.2", help="Broker i gets this address + i."),
+    broker: list[str] = typer.Option(
+        [], "--broker", help="An advertised HOST:PORT known up front (repeatable; TLS clusters)."
+    ),
 ) -> None:
     """Open the tunnel and keep it open until Ctrl-C."""
-    from kafkatunnel.cli_tunnel import build_forwarder, run_up
+    from kafkatunnel.cli_tunnel import DnsOptions, build_forwarder, run_up
 
     forwarder = build_forwarder(via, exec_template, mapping)
-    run_up(console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop)
+    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address)
+    run_up(
+        console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
+        mode, dns_options, broker,
+    )  # fmt: skip
 
 
 @app.command()

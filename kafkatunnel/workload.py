@@ -186,17 +186,28 @@ def consume_groups(
         return {group: future.result() for group, future in futures.items()}
 
 
-USAGE = "usage: python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT [PARTITION]"
+USAGE = """usage: python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT [PARTITION]
+       python -m kafkatunnel.workload consume BOOTSTRAP GROUP TOPIC COUNT
+Extra client settings (e.g. TLS) as JSON in KAFKATUNNEL_CLIENT_CONFIG."""
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (4, 5) or argv[0] != "produce" or not all(a.isdigit() for a in argv[3:]):
-        print(USAGE, file=sys.stderr)
-        return 2
-    bootstrap, topic, count = argv[1], argv[2], int(argv[3])
-    partition = int(argv[4]) if len(argv) == 5 else None
-    print(f"PRODUCED {produce(bootstrap, topic, count, partition=partition)}", flush=True)
-    return 0
+    import json
+    import os
+
+    config = json.loads(os.environ.get("KAFKATUNNEL_CLIENT_CONFIG", "{}"))
+    if len(argv) in (4, 5) and argv[0] == "produce" and all(a.isdigit() for a in argv[3:]):
+        bootstrap, topic, count = argv[1], argv[2], int(argv[3])
+        partition = int(argv[4]) if len(argv) == 5 else None
+        done = produce(bootstrap, topic, count, partition=partition, config=config)
+        print(f"PRODUCED {done}", flush=True)
+        return 0
+    if len(argv) == 5 and argv[0] == "consume" and argv[4].isdigit():
+        result = consume_group(argv[1], argv[2], argv[3], int(argv[4]), timeout=60, config=config)
+        print(f"CONSUMED {result.consumed} NOT_COORDINATOR {result.not_coordinator}", flush=True)
+        return 0 if result.consumed == int(argv[4]) else 1
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

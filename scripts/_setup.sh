@@ -17,7 +17,7 @@ kt_as_root() {
 # Debian packages: command -> package.
 kt_apt_packages() {
   local missing=() pair
-  for pair in socat:socat tshark:tshark kcat:kcat ip:iproute2 tmux:tmux; do
+  for pair in socat:socat tshark:tshark kcat:kcat ip:iproute2 tmux:tmux openssl:openssl getent:libc-bin; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
   if ! kt_java_ok; then missing+=(openjdk-17-jre-headless); fi

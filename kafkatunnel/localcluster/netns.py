@@ -92,7 +92,7 @@ class NetworkNamespace:
     _counter = 0
     _lock = threading.Lock()
 
-    def __init__(self, hosts: dict[str, str] | None = None) -> None:
+    def __init__(self, hosts: dict[str, str] | None = None, resolv_conf: str | None = None) -> None:
         problem = isolation_problem()
         if problem:
             raise IsolationUnavailable(problem)
@@ -103,13 +103,16 @@ class NetworkNamespace:
         _run("ip", "netns", "add", self.name)
         try:
             _run("ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+            # `ip netns exec` bind-mounts /etc/netns/<name>/* over /etc/*: the namespace's
+            # own name resolution, as a pod's cluster DNS or a laptop's resolver would give.
+            etc = NETNS_ETC_DIR / self.name
             if hosts:
-                # `ip netns exec` bind-mounts /etc/netns/<name>/hosts over /etc/hosts: the
-                # namespace's own name resolution, as a pod's cluster DNS would give.
-                etc = NETNS_ETC_DIR / self.name
                 etc.mkdir(parents=True, exist_ok=True)
                 lines = ["127.0.0.1 localhost"] + [f"{ip} {host}" for host, ip in hosts.items()]
                 (etc / "hosts").write_text("\n".join(lines) + "\n")
+            if resolv_conf is not None:
+                etc.mkdir(parents=True, exist_ok=True)
+                (etc / "resolv.conf").write_text(resolv_conf)
         except BaseException:
             remove_namespace(self.name)
             raise
