@@ -197,8 +197,16 @@ def main() -> None:
     parser.add_argument(
         "--loops", default="uvloop,asyncio", help="event loops to run kafkatunnel on, each a path"
     )
+    parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
     args = parser.parse_args()
     paths = start_paths(args.loops.split(","))
+    if args.paths:
+        wanted = set(args.paths.split(","))
+        for path in paths:
+            if path.name not in wanted:
+                for process in path.processes:
+                    process.stop()
+        paths = [p for p in paths if p.name in wanted]
     try:
         for round_ in range(args.rounds):
             order = paths[:]

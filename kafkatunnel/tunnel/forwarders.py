@@ -21,6 +21,11 @@ from kafkatunnel.probe import split_address
 
 Buffer = bytes | bytearray | memoryview
 
+# Producers send requests of up to ~1 MiB and brokers answer fetches with as much: with
+# asyncio's 64 KiB default, every such frame would pause and resume the other side many times.
+WRITE_BUFFER_HIGH = 4 << 20
+WRITE_BUFFER_LOW = 1 << 20
+
 
 class ForwarderError(Exception):
     """The forwarder could not open a stream; the message says why and what to do."""
@@ -75,6 +80,7 @@ class _TcpUpstream(asyncio.Protocol, Upstream):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
 
     def data_received(self, data: bytes) -> None:
         self.downstream.upstream_data(data)

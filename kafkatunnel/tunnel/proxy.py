@@ -11,7 +11,13 @@ from typing import cast
 
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Chunk, Exchange, Pipe
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.forwarders import (
+    WRITE_BUFFER_HIGH,
+    WRITE_BUFFER_LOW,
+    Forwarder,
+    ForwarderError,
+    Upstream,
+)
 from kafkatunnel.tunnel.registry import Endpoint
 
 log = logging.getLogger("kafkatunnel.proxy")
@@ -42,6 +48,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.endpoint.connections += 1

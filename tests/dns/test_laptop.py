@@ -172,3 +172,37 @@ def test_tls_with_hostname_verification_in_transparent_mode(
             tunnel.stop()
         for process in processes:
             process.stop()
+
+
+def test_up_with_dns_sets_up_the_resolver_and_undoes_it_on_exit(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """`up --dns --dns-setup hosts` inside a namespace whose /etc/hosts is its own file:
+    the names are added while the tunnel runs and the file is byte-identical after SIGTERM."""
+    import signal
+
+    assert cluster.tansu is not None
+    with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
+        hosts_file = Path("/etc/netns") / laptop.name / "hosts"
+        before = hosts_file.read_bytes()
+        up = [
+            sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.tansu.address,
+            "--exec", cluster.exec_template(), "--dns", "--dns-listen", "127.0.0.1:53",
+            "--dns-setup", "hosts", "--no-table",
+        ]  # fmt: skip
+        tunnel = ManagedProcess(
+            [*laptop.exec_prefix(), *up],
+            name="laptop-tunnel",
+            env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+        )
+        try:
+            tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
+            during = hosts_file.read_text()
+            assert f"127.0.0.2 {'kafka-0.kafka-headless'}" in during
+            assert TANSU_HOST in during
+            os.kill(tunnel.pid, signal.SIGTERM)
+            assert tunnel.popen.wait(timeout=15) == 0
+            tunnel.wait_for_line(r"^resolver: remove the managed block", timeout=5)
+        finally:
+            tunnel.stop()
+        assert hosts_file.read_bytes() == before
