@@ -90,42 +90,26 @@ def metadata(brokers: int, partitions: int, topics: int = 100) -> bytes:
 
 
 def fetch(version: int, size: int, partitions: int = 4) -> bytes:
-    records = b"\x00" * (size // partitions)
-    if version == 12:
-        parts12 = tuple(
-            fetch12.PartitionData(
-                partition_index=p,
-                error_code=ErrorCode.none,
-                high_watermark=1,
-                records=records,
-                aborted_transactions=(),
-            )
-            for p in range(partitions)
-        )
-        message12 = fetch12.FetchResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            session_id=1,
-            responses=(fetch12.FetchableTopicResponse(topic="t", partitions=parts12),),
-        )
-        return response(encode(message12))
-    parts16 = tuple(
-        fetch16.PartitionData(
+    """A Fetch response carrying `size` bytes of records (v12 names topics, v16 topic ids)."""
+    schema = fetch12 if version == 12 else fetch16
+    topic = {"topic": "t"} if version == 12 else {"topic_id": uuid.UUID(int=1)}
+    parts = tuple(
+        schema.PartitionData(
             partition_index=p,
             error_code=ErrorCode.none,
             high_watermark=1,
-            records=records,
+            records=b"\x00" * (size // partitions),
             aborted_transactions=(),
         )
         for p in range(partitions)
     )
-    message16 = fetch16.FetchResponse(
+    message = schema.FetchResponse(
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=1,
-        responses=(fetch16.FetchableTopicResponse(topic_id=uuid.UUID(int=1), partitions=parts16),),
+        responses=(schema.FetchableTopicResponse(partitions=parts, **topic),),
     )
-    return response(encode(message16))
+    return response(encode(message))
 
 
 def to_tunnel(address: BrokerAddress) -> tuple[str, int]:

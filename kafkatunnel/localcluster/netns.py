@@ -16,6 +16,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from kafkatunnel.pids import pid_alive
+
 CLONE_NEWNET = 0x40000000
 NAME_PREFIX = "kt-"
 NETNS_RUN_DIR = Path("/var/run/netns")
@@ -44,16 +46,6 @@ def _run(*args: str) -> None:
         raise RuntimeError(f"`{' '.join(args)}` failed: {result.stderr.strip()}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def namespace_pids(name: str) -> list[int]:
     result = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
     return [int(p) for p in result.stdout.split()] if result.returncode == 0 else []
@@ -80,7 +72,7 @@ def remove_stale_namespaces() -> list[str]:
     for name in list_harness_namespaces():
         parts = name.split("-")
         owner = int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else None
-        if owner is not None and owner != os.getpid() and not _pid_alive(owner):
+        if owner is not None and owner != os.getpid() and not pid_alive(owner):
             remove_namespace(name)
             removed.append(name)
     return removed

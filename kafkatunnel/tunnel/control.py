@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kafkatunnel.pids import pid_alive
+
 
 def state_dir() -> Path:
     explicit = os.environ.get("KAFKATUNNEL_STATE_DIR")
@@ -20,16 +22,6 @@ def state_dir() -> Path:
         return Path(explicit)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     return Path(runtime) / "kafkatunnel" if runtime else Path.home() / ".kafkatunnel" / "run"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ControlServer:
@@ -95,7 +87,7 @@ def running_tunnels() -> dict[int, dict[str, Any]]:
             port = int(path.stem.split("-", 1)[1])
         except (ValueError, OSError):
             continue
-        if _pid_alive(int(state.get("pid", 0))):
+        if pid_alive(int(state.get("pid", 0))):
             found[port] = state
         else:
             with contextlib.suppress(OSError):

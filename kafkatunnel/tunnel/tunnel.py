@@ -28,7 +28,7 @@ from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
-from kafkatunnel.tunnel.forwarders import Forwarder
+from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.proxy import ClientConnection
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 
@@ -114,6 +114,7 @@ class Tunnel:
         self.started_at = time.time()
         self.notes: list[str] = []
         self._pending: set[asyncio.Task[None]] = set()
+        self._draining: set[Upstream] = set()  # closed, their process or socket not yet gone
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -192,6 +193,7 @@ class Tunnel:
                 await asyncio.wait_for(server.wait_closed(), 2)
         for task in list(self._pending):
             task.cancel()
+        await asyncio.sleep(0)  # let cancelled tasks finish
         if self.control is not None:
             await self.control.stop()
         if self.dns is not None:
@@ -243,10 +245,23 @@ class Tunnel:
             self.forwarder,
             self._exchange,
             self.config.connect_timeout,
-            self.connections.discard,
+            self._closed,
         )
         self.connections.add(connection)
         return connection
+
+    def _closed(self, connection: ClientConnection) -> None:
+        """Forget a closed connection, but keep its upstream until it is really gone, so
+        stop() can wait for it (an exec forwarder's child must be reaped by this loop)."""
+        self.connections.discard(connection)
+        upstream = connection.upstream
+        if upstream is None or self._loop is None:
+            return
+        self._draining.add(upstream)
+        task = self._loop.create_task(upstream.wait_closed())
+        task.add_done_callback(lambda _: self._draining.discard(upstream))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     def _exchange(self, endpoint: Endpoint) -> Exchange | Pipe:
         if self.transparent:
