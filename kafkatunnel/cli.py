@@ -64,10 +64,12 @@ def coordinator(
 
 @app.command()
 def up(
-    bootstrap: str = typer.Option(
-        ..., help="The advertised HOST:PORT of any broker, as the cluster names it."
+    bootstrap: str | None = typer.Option(
+        None,
+        help="The advertised HOST:PORT of any broker, as the cluster names it "
+        "(with --via kubectl: the first Kafka pod, by default).",
     ),
-    via: str = typer.Option("exec", help="How to reach brokers: exec or direct."),
+    via: str = typer.Option("exec", help="How to reach brokers: exec, direct or kubectl."),
     exec_template: str | None = typer.Option(
         None,
         "--exec",
@@ -102,11 +104,29 @@ def up(
     broker: list[str] = typer.Option(
         [], "--broker", help="An advertised HOST:PORT known up front (repeatable; TLS clusters)."
     ),
+    context: str | None = typer.Option(None, help="--via kubectl: the kubectl context."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", "-n", help="--via kubectl: the namespace of the Kafka pods."
+    ),
+    kubeconfig: str | None = typer.Option(None, help="--via kubectl: the kubeconfig file."),
+    target: str | None = typer.Option(
+        None, help="--via kubectl: statefulset/NAME or svc/NAME whose pods are the brokers."
+    ),
+    selector: str | None = typer.Option(
+        None, "--selector", "-l", help="--via kubectl: a label selector for the broker pods."
+    ),
+    kafka_port: int = typer.Option(9092, help="--via kubectl without --bootstrap: the port."),
 ) -> None:
     """Open the tunnel and keep it open until Ctrl-C."""
-    from kafkatunnel.cli_tunnel import DnsOptions, build_forwarder, run_up
+    from kafkatunnel.cli_tunnel import DnsOptions, KubeOptions, build_forwarder, run_up
 
-    forwarder = build_forwarder(via, exec_template, mapping)
+    kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
+    forwarder = build_forwarder(via, exec_template, mapping, kube)
+    bootstrap = bootstrap or (kube.default_bootstrap(forwarder) if via == "kubectl" else None)
+    if bootstrap is None:
+        raise typer.BadParameter(
+            "is required with --via exec and --via direct", param_hint="--bootstrap"
+        )
     dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address)
     run_up(
         console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,

@@ -18,6 +18,8 @@ from rich.live import Live
 from kafkatunnel.dns.resolver import METHODS
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
+from kafkatunnel.kube.forwarder import KubectlForwarder
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
     DirectForwarder,
@@ -32,12 +34,42 @@ from kafkatunnel.tunnel.control import fetch, running_tunnels
 from kafkatunnel.tunnel.view import status_table
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-VIA = ("exec", "direct")
+VIA = ("exec", "direct", "kubectl")
 
 
-def build_forwarder(via: str, exec_template: str | None, mappings: list[str]) -> Forwarder:
+@dataclass
+class KubeOptions:
+    context: str | None = None
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    target: str | None = None
+    selector: str | None = None
+    kafka_port: int = 9092
+
+    def default_bootstrap(self, forwarder: Forwarder) -> str:
+        """The first Kafka pod, found now (so errors show before anything is bound)."""
+        assert isinstance(forwarder, KubectlForwarder)
+        try:
+            asyncio.run(forwarder.prepare())
+        except KubectlError as error:
+            Console(stderr=True).print(f"[red]error:[/] {error}")
+            raise typer.Exit(2) from None
+        return forwarder.default_bootstrap(self.kafka_port)
+
+
+def build_forwarder(
+    via: str, exec_template: str | None, mappings: list[str], kube: KubeOptions | None = None
+) -> Forwarder:
     if via not in VIA:
         raise typer.BadParameter(f"{via!r} is not one of {', '.join(VIA)}", param_hint="--via")
+    if via == "kubectl":
+        if exec_template or mappings:
+            raise typer.BadParameter("--exec and --map do not go with --via kubectl")
+        kube = kube or KubeOptions()
+        kubectl = Kubectl(
+            kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace
+        )
+        return KubectlForwarder(kubectl, target=kube.target, selector=kube.selector)
     if via == "exec":
         if not exec_template:
             raise typer.BadParameter(
@@ -141,7 +173,7 @@ def run_up(
         raise typer.BadParameter(str(error), param_hint="--mode") from None
     try:
         run_loop(_serve(console, Tunnel(config, forwarder), table, dns), loop)
-    except (PortInUse, OSError) as error:
+    except (PortInUse, OSError, KubectlError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from None
 

@@ -68,6 +68,15 @@ class Forwarder(ABC):
     def describe(self, host: str, port: int) -> str:
         """How host:port is reached, for the live table."""
 
+    def expect(self, host: str, port: int) -> None:  # noqa: B027 - optional hook
+        """A broker at host:port exists: get ready to reach it before a client asks."""
+
+    async def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Check what the forwarder needs before the tunnel starts (fail early, clearly)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the forwarder holds (processes it supervises)."""
+
 
 # -- direct ---------------------------------------------------------------------------------
 

@@ -126,6 +126,7 @@ class Tunnel:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        await self.forwarder.prepare()
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
         await self._serve(sock, self.bootstrap)
         if self.dns is not None:
@@ -198,6 +199,7 @@ class Tunnel:
             await self.control.stop()
         if self.dns is not None:
             await self.dns.stop()
+        await self.forwarder.close()
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -214,6 +216,7 @@ class Tunnel:
         Rewrite mode listens on 127.0.0.1:<its port>; with DNS, also on the broker's own
         loopback address and advertised port, which its names resolve to. Transparent mode
         listens only there, and passes bytes untouched."""
+        self.forwarder.expect(endpoint.advertised_host, endpoint.advertised_port)
         endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
         listeners = []
         if not self.transparent:
@@ -283,6 +286,10 @@ class Tunnel:
         return [self.bootstrap, *sorted(self.registry.brokers.values(), key=_node)]
 
     def status(self) -> dict[str, Any]:
+        for endpoint in self.endpoints():  # forwards change state: describe them now
+            endpoint.route = self.forwarder.describe(
+                endpoint.advertised_host, endpoint.advertised_port
+            )
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,

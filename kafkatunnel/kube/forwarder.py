@@ -1,0 +1,126 @@
+"""`--via kubectl`: one supervised port-forward per broker, found through the pods."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
+from kafkatunnel.kube.portforward import PortForward
+from kafkatunnel.tunnel.forwarders import (
+    DirectForwarder,
+    Downstream,
+    Forwarder,
+    ForwarderError,
+    Upstream,
+)
+
+
+class KubectlForwarder(Forwarder):
+    kind = "kubectl"
+
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        *,
+        target: str | None = None,
+        selector: str | None = None,
+        ready_timeout: float = 5.0,
+        backoff: tuple[float, float] = (1.0, 30.0),
+    ) -> None:
+        self.kubectl = kubectl
+        self.target = target
+        self.selector = selector
+        self.ready_timeout = ready_timeout
+        self.backoff = backoff
+        self.pods: list[Pod] = []
+        self.forwards: dict[tuple[str, int], PortForward] = {}
+        self._through: dict[tuple[str, int], set[Upstream]] = {}
+        self._tcp = DirectForwarder()
+
+    async def prepare(self) -> None:
+        """Check kubectl, the context and the namespace, and find the Kafka pods."""
+        self.kubectl.check_installed()
+        await self.kubectl.current_context()
+        if self.kubectl.namespace:
+            await self.kubectl.get_json("namespace", self.kubectl.namespace)
+        if self.selector is None and self.target is not None:
+            self.selector = selector_of(await self.kubectl.get_json(self.target))
+        self.pods = await self._list()
+        if not self.pods:
+            where = self.kubectl.namespace or "the current namespace"
+            raise KubectlError(
+                f"no Kafka pods found in {where} (tried {self._selectors()}): name them with "
+                "--target statefulset/NAME, --target svc/NAME or -l SELECTOR, and --namespace"
+            )
+
+    def _selectors(self) -> tuple[str, ...]:
+        return (self.selector,) if self.selector else DEFAULT_SELECTORS
+
+    async def _list(self) -> list[Pod]:
+        for selector in self._selectors():
+            pods = parse_pods(await self.kubectl.get_json("pods", "-l", selector))
+            if pods:
+                self.selector = selector
+                return pods
+        return []
+
+    def default_bootstrap(self, port: int) -> str:
+        """The first pod (by name) on `port`: a bootstrap when no --bootstrap was given."""
+        return f"{self.pods[0].name}:{port}"
+
+    async def _resolve(self, host: str, port: int) -> str:
+        pod = pod_for(host, port, self.pods)
+        if pod is None or not pod.running:
+            self.pods = await self._list()  # a restarted or rescheduled pod
+            pod = pod_for(host, port, self.pods)
+        if pod is None:
+            names = ", ".join(p.name for p in self.pods) or "none"
+            raise KubectlError(
+                f"no pod for broker {host}:{port} (pods: {names}); brokers are matched to pods "
+                "by their name's first label or by pod IP"
+            )
+        return pod.name
+
+    def _forward(self, host: str, port: int) -> PortForward:
+        key = (host, port)
+        forward = self.forwards.get(key)
+        if forward is None:
+            forward = PortForward(
+                self.kubectl,
+                lambda: self._resolve(host, port),
+                port,
+                on_down=lambda: self._close_through(key),
+                backoff=self.backoff,
+            )
+            self.forwards[key] = forward
+            forward.start()
+        return forward
+
+    def expect(self, host: str, port: int) -> None:
+        self._forward(host, port)  # start its port-forward now: the first client won't wait
+
+    def _close_through(self, key: tuple[str, int]) -> None:
+        """The forward died: close its connections at once so their clients reconnect."""
+        for upstream in list(self._through.get(key, ())):
+            upstream.close()
+
+    async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+        forward = self._forward(host, port)
+        try:
+            local = await forward.wait_ready(self.ready_timeout)
+        except TimeoutError as error:
+            raise ForwarderError(str(error)) from None
+        upstream = await self._tcp.open("127.0.0.1", local, downstream)
+        through = self._through.setdefault((host, port), set())
+        through.add(upstream)
+        task = asyncio.get_running_loop().create_task(upstream.wait_closed())
+        task.add_done_callback(lambda _: through.discard(upstream))
+        return upstream
+
+    def describe(self, host: str, port: int) -> str:
+        forward = self.forwards.get((host, port))
+        return forward.describe() if forward else f"kubectl (pod of {host})"
+
+    async def close(self) -> None:
+        await asyncio.gather(*(f.stop() for f in self.forwards.values()))

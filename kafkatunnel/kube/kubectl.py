@@ -1,0 +1,119 @@
+"""Running the user's own kubectl (with its contexts and auth plugins) and turning its
+failures into messages that say what is wrong and what to do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class KubectlError(RuntimeError):
+    """kubectl could not do what the tunnel needs; the message names the cause and the fix."""
+
+
+FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\w+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "[^"]*")?(?: in the namespace "(?P<namespace>[^"]*)")?'
+)
+NOT_FOUND = re.compile(
+    r'Error from server \(NotFound\): (?P<kind>[\w.]+) "(?P<name>[^"]+)" not found'
+)
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The kubectl command line every call shares: binary, kubeconfig, context, namespace."""
+
+    binary: str = "kubectl"
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+    def argv(self, *args: str) -> list[str]:
+        base = [self.binary]
+        if self.kubeconfig:
+            base += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            base += ["--context", self.context]
+        if self.namespace:
+            base += ["--namespace", self.namespace]
+        return [*base, *self.extra, *args]
+
+    def check_installed(self) -> str:
+        path = shutil.which(self.binary)
+        if path is None:
+            raise KubectlError(
+                f"kubectl not found ({self.binary!r} is not on PATH): install it "
+                "(https://kubernetes.io/docs/tasks/tools/) or use --via exec / --via direct"
+            )
+        return path
+
+    async def run(self, *args: str, timeout: float = 30.0) -> str:
+        self.check_installed()
+        process = await asyncio.create_subprocess_exec(
+            *self.argv(*args),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), timeout)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise KubectlError(
+                f"`kubectl {' '.join(args)}` did not answer within {timeout:g}s "
+                "(is the cluster reachable? try `kubectl get pods` yourself)"
+            ) from None
+        if process.returncode != 0:
+            raise explain(err.decode(errors="replace"), args)
+        return out.decode()
+
+    async def get_json(self, *args: str) -> Any:
+        return json.loads(await self.run("get", *args, "-o", "json"))
+
+    async def current_context(self) -> str:
+        if self.context:
+            return self.context
+        return (await self.run("config", "current-context")).strip()
+
+
+def explain(stderr: str, args: tuple[str, ...] | list[str]) -> KubectlError:
+    """A KubectlError naming the cause and the fix, from kubectl's own error output."""
+    text = stderr.strip()
+    command = "kubectl " + " ".join(args)
+    if "current-context is not set" in text:
+        return KubectlError(
+            "kubectl has no current context: choose one with `kubectl config use-context NAME` "
+            "or pass --context (see `kubectl config get-contexts`)"
+        )
+    forbidden = FORBIDDEN.search(text)
+    if forbidden:
+        verb, resource = forbidden["verb"], forbidden["resource"]
+        where = f' in namespace "{forbidden["namespace"]}"' if forbidden["namespace"] else ""
+        return KubectlError(
+            f'RBAC forbids {verb} {resource}{where} for user "{forbidden["user"]}": the tunnel '
+            f"needs get/list pods and create pods/portforward; ask your cluster admin for a Role "
+            f"granting `{verb}` on `{resource}` (kubectl auth can-i {verb} {resource})"
+        )
+    missing = NOT_FOUND.search(text)
+    if missing:
+        kind, name = missing["kind"], missing["name"]
+        if kind == "namespaces":
+            return KubectlError(
+                f'namespace "{name}" not found: check --namespace (kubectl get namespaces)'
+            )
+        return KubectlError(
+            f'{kind.split(".")[0].rstrip("s")} "{name}" not found: check --target '
+            "(kubectl get statefulsets,services)"
+        )
+    if "connection refused" in text or "Unable to connect to the server" in text:
+        return KubectlError(
+            f"kubectl cannot reach the cluster's API server (`{command}`): {text.splitlines()[-1]}"
+        )
+    last = text.splitlines()[-1] if text else "no error output"
+    return KubectlError(f"`{command}` failed: {last}")

@@ -1,0 +1,235 @@
+"""--via kubectl: brokers found through pods, one supervised port-forward per broker, every
+coordinator reachable, forwards that die come back, and kubectl's failures explained."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.kube.forwarder import KubectlForwarder
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.portforward import PortForward
+from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.tunnel import ForwarderError, TunnelConfig
+from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.waiting import wait_for
+from kafkatunnel.workload import consume_groups, produce
+from tests.kube.conftest import World
+
+
+def _tunnel(cluster: LocalCluster, **kube: object) -> BackgroundTunnel:
+    forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **kube)  # type: ignore[arg-type]
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port(), control_port=None
+    )
+    return BackgroundTunnel(config, forwarder).start()
+
+
+def _ready_routes(tunnel: BackgroundTunnel) -> dict[int, str] | None:
+    brokers = tunnel.status()["endpoints"][1:]
+    if brokers and all("(ready)" in e["route"] for e in brokers):
+        return {e["node_id"]: e["route"] for e in brokers}
+    return None
+
+
+def test_every_coordinator_through_kubectl_forwards(cluster: LocalCluster, world: World) -> None:
+    tunnel = _tunnel(cluster, target="statefulset/kafka")
+    try:
+        routes = wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
+        assert len(routes) == 3
+        for node, route in routes.items():
+            index = [b.node_id for b in cluster.mock].index(node)
+            assert route.startswith(f"kubectl pod/kafka-{index} ")  # the broker-to-pod mapping
+        topic = f"kube-{uuid.uuid4().hex[:6]}"
+        assert produce(tunnel.bootstrap_servers, topic, 40) == 40
+        groups = {
+            gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
+        }
+        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
+        for group, result in results.items():
+            assert result.consumed == 40 and result.coordinator_errors == [], group
+    finally:
+        tunnel.stop()
+
+
+def _forward(tunnel: BackgroundTunnel, pod: str) -> PortForward:
+    forwarder = tunnel.tunnel.forwarder
+    assert isinstance(forwarder, KubectlForwarder)
+    return next(f for f in forwarder.forwards.values() if f.pod == pod)
+
+
+def _settled(forward: PortForward) -> Callable[[], bool]:
+    """Up for longer than the supervisor's healthy_after, so a new kill starts backoff anew."""
+
+    def check() -> bool:
+        return forward.ready_since is not None and time.monotonic() - forward.ready_since > 1.2
+
+    return check
+
+
+def _restarted(forward: PortForward, old_pid: int) -> Callable[[], bool]:
+    def check() -> bool:
+        process = forward.process
+        return process is not None and process.pid != old_pid and forward.local_port is not None
+
+    return check
+
+
+def test_forwards_survive_twenty_kills(cluster: LocalCluster, world: World, tmp_path: Path) -> None:
+    """An idempotent producer and consumers of three groups (one per coordinator) run while
+    one broker's kubectl at a time is killed, or prints "lost connection to pod" and exits,
+    twenty times. Each broker is back within 2 s, and every group consumes every message
+    exactly once."""
+    tunnel = _tunnel(cluster)  # default selectors find the pods
+    total = 1500
+    topic = f"faults-{uuid.uuid4().hex[:6]}"
+    groups = {gs[0]: total for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()}
+    delivered: list[int] = []
+
+    def producer() -> None:
+        import confluent_kafka
+
+        sent = 0
+        p = confluent_kafka.Producer({
+            "bootstrap.servers": tunnel.bootstrap_servers, "enable.idempotence": True,
+            "acks": "all", "linger.ms": 5,
+        })  # fmt: skip
+        while sent < total:
+            p.produce(topic, f"m-{sent}".encode())
+            sent += 1
+            p.poll(0)
+            time.sleep(0.02)
+        delivered.append(total - p.flush(120))
+
+    results: dict[str, object] = {}
+
+    def consumers() -> None:
+        results.update(consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=240))
+
+    threads = [threading.Thread(target=producer), threading.Thread(target=consumers)]
+    for t in threads:
+        t.start()
+    restore_times = []
+    try:
+        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
+        for kill in range(20):
+            pod = f"kafka-{kill % 3}"
+            forward = _forward(tunnel, pod)
+            wait_for(_settled(forward), timeout=30, what=f"{pod}'s forward to be up and settled")
+            assert forward.process is not None
+            pid = forward.process.pid
+            started = time.monotonic()
+            if kill % 2:
+                Path(f"{world_path}.lost-{pod}").touch()  # kubectl prints the lost lines, exits 1
+            else:
+                os.kill(pid, signal.SIGKILL)
+            wait_for(_restarted(forward, pid), timeout=10, what=f"{pod}'s forward to come back")
+            restore_times.append(time.monotonic() - started)
+        for t in threads:
+            t.join(300)
+    finally:
+        tunnel.stop()
+    assert max(restore_times) < 2.0, restore_times
+    assert delivered == [total]
+    expected = sorted(f"m-{i}".encode() for i in range(total))
+    for group, result in results.items():
+        values = result.values  # type: ignore[attr-defined]
+        assert len(values) == total and sorted(values) == expected, (group, len(values))
+
+
+def _up(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "--no-table", *args],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )  # fmt: skip
+
+
+def _says(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, text
+    for phrase in phrases:
+        assert phrase in text, (phrase, text)
+
+
+def test_kubectl_not_installed(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(KubectlError, match=r"kubectl not found .* install it"):
+        Kubectl().check_installed()
+    _says(_up("-n", "kafka"), "kubectl not found", "--via exec")
+
+
+def test_no_current_context(world: World) -> None:
+    world(current_context=None)
+    _says(_up("-n", "kafka"), "kubectl has no current context", "kubectl config use-context")
+
+
+def test_rbac_forbids_listing_pods(world: World) -> None:
+    world(forbidden=["list pods"], user="jane")
+    _says(_up("-n", "kafka"), 'RBAC forbids list pods in namespace "kafka" for user "jane"',
+          "kubectl auth can-i list pods")  # fmt: skip
+
+
+def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World) -> None:
+    world(forbidden=["create pods/portforward"], user="jane")
+
+    async def open_one() -> None:
+        forwarder = KubectlForwarder(Kubectl(namespace="kafka"), ready_timeout=3)
+        await forwarder.prepare()
+        try:
+            await forwarder.open(cluster.mock[0].host, cluster.mock[0].port, None)  # type: ignore[arg-type]
+        finally:
+            await forwarder.close()
+
+    with pytest.raises(ForwarderError, match="RBAC forbids create pods/portforward"):
+        asyncio.run(open_one())
+
+
+def test_namespace_not_found(world: World) -> None:
+    _says(_up("-n", "kafak"), 'namespace "kafak" not found', "--namespace")
+
+
+def test_target_not_found(world: World) -> None:
+    _says(_up("-n", "kafka", "--target", "statefulset/kafak"), 'statefulset "kafak" not found',
+          "--target")  # fmt: skip
+
+
+def test_no_kafka_pods(world: World) -> None:
+    _says(_up("-n", "default"), "no Kafka pods found in default", "--target statefulset/NAME")
+
+
+@pytest.mark.parametrize(
+    ("options", "selector"),
+    [
+        (
+            {"target": "statefulset/kafka"},
+            "app.kubernetes.io/instance=demo,app.kubernetes.io/name=kafka",
+        ),
+        (
+            {"target": "svc/kafka-headless"},
+            "app.kubernetes.io/instance=demo,app.kubernetes.io/name=kafka",
+        ),
+        ({"selector": "app.kubernetes.io/instance=demo"}, "app.kubernetes.io/instance=demo"),
+        ({}, "app.kubernetes.io/name=kafka"),  # the Bitnami-style default
+    ],
+    ids=["statefulset", "service", "selector", "default"],
+)
+def test_ways_to_name_the_brokers(world: World, options: dict[str, str], selector: str) -> None:
+    async def prepare() -> KubectlForwarder:
+        forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **options)  # type: ignore[arg-type]
+        await forwarder.prepare()
+        return forwarder
+
+    forwarder = asyncio.run(prepare())
+    assert forwarder.selector == selector
+    assert [p.name for p in forwarder.pods] == ["kafka-0", "kafka-1", "kafka-2"]
+    assert forwarder.default_bootstrap(9092) == "kafka-0:9092"
