@@ -71,17 +71,23 @@ class PortForward:
                 await self._task
 
     async def wait_ready(self, timeout: float) -> int:
-        """The local port of a working forward; waits up to `timeout` for one."""
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            why = f": {self.last_error}" if self.last_error else ""
-            raise TimeoutError(
-                f"kubectl port-forward to pod/{self.pod or '?'} :{self.port} not ready "
-                f"within {timeout:g}s ({self.state}){why}"
-            ) from None
-        assert self.local_port is not None
-        return self.local_port
+        """The local port of a working forward; waits up to `timeout` for one.
+
+        The forward can die between the wake-up and the read: then wait again, in the
+        same deadline, rather than hand out a port that is gone."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait_for(self._ready.wait(), max(left, 0))
+            except TimeoutError:
+                why = f": {self.last_error}" if self.last_error else ""
+                raise TimeoutError(
+                    f"kubectl port-forward to pod/{self.pod or '?'} :{self.port} not ready "
+                    f"within {timeout:g}s ({self.state}){why}"
+                ) from None
+            if self.local_port is not None:
+                return self.local_port
 
     def describe(self) -> str:
         where = f" -> 127.0.0.1:{self.local_port}" if self.local_port else ""
