@@ -66,8 +66,9 @@ class ClientConnection(asyncio.Protocol):
             reason = str(error) or f"no stream to {host}:{port} within {self.connect_timeout:g}s"
             self.fail(f"upstream {self.endpoint.advertised}: {reason}")
             return
-        if self._closed:
+        if self._closed:  # the client left while the upstream was being opened
             self.upstream.close()
+            self.on_close(self)  # again, now with an upstream to wait for
             return
         for chunk in self._early:
             self.upstream.write(chunk)

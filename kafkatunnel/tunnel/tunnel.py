@@ -172,7 +172,7 @@ class Tunnel:
 
         try:
             brokers = await asyncio.to_thread(ask)
-        except (OSError, ConnectionError) as error:
+        except (OSError, ConnectionError, ProtocolError, ValueError) as error:
             note = f"could not list the brokers yet ({error}); they will be added on first use"
             self.notes.append(note)
             log.warning(note)
@@ -182,13 +182,11 @@ class Tunnel:
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
-        upstreams = [c.upstream for c in self.connections if c.upstream is not None]
         for connection in list(self.connections):
-            connection.close()
-        if upstreams:
-            await asyncio.wait(
-                [asyncio.ensure_future(u.wait_closed()) for u in upstreams], timeout=5
-            )
+            connection.close()  # its upstream joins _draining
+        if self._draining:
+            waits = [asyncio.ensure_future(u.wait_closed()) for u in self._draining]
+            await asyncio.wait(waits, timeout=5)
         for server in self.servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)

@@ -21,14 +21,29 @@ def status_table(status: dict[str, Any]) -> Table:
         title=f"kafkatunnel  bootstrap.servers={status['bootstrap_servers']}  via {status['via']}",
         title_justify="left",
     )
-    for column, justify in (
-        ("node", "right"), ("advertised", "left"), ("tunnel", "left"), ("forward", "left"),
-        ("conns", "right"), ("in", "right"), ("out", "right"), ("errors", "right"),
-    ):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    columns = (  # name, justify, min width, max width
+        ("node", "right", 4, 9), ("advertised", "left", 15, None), ("tunnel", "left", 15, 21),
+        ("forward", "left", 8, 48), ("conns", "right", 5, 5), ("in", "right", 6, 10),
+        ("out", "right", 6, 10), ("errors", "left", 6, 60),
+    )  # fmt: skip
+    for column, justify, low, high in columns:
+        # One line per broker at any width: long routes and errors end in an ellipsis.
+        table.add_column(
+            column,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            overflow="ellipsis",
+            min_width=low,
+            max_width=high,
+        )
     for e in status["endpoints"]:
         node = "bootstrap" if e["node_id"] is None else str(e["node_id"])
-        state = e["state"] if e["state"] != "listening" else "[green]ok[/]"
+        if e["state"] != "listening":
+            state = f"[red]{e['state']}[/]"
+        elif "(ready)" in e["route"] or "(" not in e["route"]:
+            state = f"[green]ok[/] {e['route']}"
+        else:
+            state = f"[yellow]{e['route']}[/]"
         errors = str(e["errors"])
         if e["last_error"]:
             errors = f"[red]{e['errors']}[/] {e['last_error']}"
