@@ -106,12 +106,26 @@ class KubectlForwarder(Forwarder):
             upstream.close()
 
     async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+        """A stream through the broker's forward; a forward that is (re)starting is waited
+        for, up to ready_timeout in all, rather than failing the client at once."""
         forward = self._forward(host, port)
-        try:
-            local = await forward.wait_ready(self.ready_timeout)
-        except TimeoutError as error:
-            raise ForwarderError(str(error)) from None
-        upstream = await self._tcp.open("127.0.0.1", local, downstream)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout
+        while True:
+            try:
+                local = await forward.wait_ready(max(deadline - loop.time(), 0.0))
+            except TimeoutError as error:
+                raise ForwarderError(str(error)) from None
+            try:
+                upstream = await self._tcp.open("127.0.0.1", local, downstream)
+                break
+            except ForwarderError:
+                if loop.time() >= deadline:  # the forward died as we connected, and stayed down
+                    raise ForwarderError(
+                        f"the port-forward to {forward.describe()} went away and did not come "
+                        f"back within {self.ready_timeout:g}s: {forward.last_error or 'no error'}"
+                    ) from None
+                await asyncio.sleep(0.05)  # it is being restarted: wait for it again
         through = self._through.setdefault((host, port), set())
         through.add(upstream)
         task = asyncio.get_running_loop().create_task(upstream.wait_closed())
