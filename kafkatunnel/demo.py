@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.single_forward import SingleForward
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
@@ -122,7 +122,7 @@ def run_demo(console: Console) -> DemoReport:
                 }
             )
         config = TunnelConfig(
-            bootstrap=cluster.mock[0].address, listen_port=free_port(), control_port=None
+            bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
         )
         with BackgroundTunnel(config, forwarder) as tunnel:
             console.print(

@@ -1,8 +1,14 @@
-"""Whether a process id names a live process (for state files left by crashed runs)."""
+"""Process ids and lifetimes: whether a pid is alive (for state files left by crashed runs),
+and children that cannot outlive their parent."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
 
 
 def pid_alive(pid: int) -> bool:
@@ -13,3 +19,11 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # alive, owned by someone else
     return True
+
+
+def die_with_parent() -> None:
+    """For preexec_fn: on Linux the kernel kills the child when its parent dies, even by
+    SIGKILL, so a killed tunnel leaves no kubectl or forward command behind. Elsewhere a
+    no-op (the parent's clean stop still ends its children)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError, explain
+from kafkatunnel.pids import die_with_parent
 
 log = logging.getLogger("kafkatunnel.kube")
 
@@ -125,6 +126,7 @@ class PortForward:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            preexec_fn=die_with_parent,  # a killed tunnel leaves no port-forward behind
         )
         errors: list[str] = []
         keepalive = asyncio.get_running_loop().create_task(self._keep_alive())

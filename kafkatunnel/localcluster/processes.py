@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import os
 import re
 import signal
@@ -17,14 +16,12 @@ import subprocess
 import threading
 from collections.abc import Sequence
 
+from kafkatunnel.pids import die_with_parent
 from kafkatunnel.waiting import wait_for
 
-PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _die_with_parent_in_own_group() -> None:  # runs in the child between fork and exec
+    die_with_parent()
     os.setsid()
 
 
@@ -49,7 +46,7 @@ class ManagedProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent_in_own_group,
         )
         self._reader = threading.Thread(target=self._read, name=f"out-{name}", daemon=True)
         self._reader.start()

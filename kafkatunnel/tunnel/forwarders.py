@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Protocol, cast
 
+from kafkatunnel.pids import die_with_parent
 from kafkatunnel.probe import split_address
 
 Buffer = bytes | bytearray | memoryview
@@ -299,6 +300,7 @@ class ExecForwarder(Forwarder):
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                preexec_fn=die_with_parent,
             )
         except OSError as error:
             raise ForwarderError(

@@ -19,7 +19,7 @@ import pytest
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.portforward import PortForward
-from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.tunnel import ForwarderError, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
@@ -30,7 +30,7 @@ from tests.kube.conftest import World
 def _tunnel(cluster: LocalCluster, **kube: object) -> BackgroundTunnel:
     forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **kube)  # type: ignore[arg-type]
     config = TunnelConfig(
-        bootstrap=cluster.mock[0].address, listen_port=free_port(), control_port=None
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
     )
     return BackgroundTunnel(config, forwarder).start()
 
@@ -265,3 +265,54 @@ def test_ways_to_name_the_brokers(world: World, options: dict[str, str], selecto
     assert forwarder.selector == selector
     assert [p.name for p in forwarder.pods] == ["kafka-0", "kafka-1", "kafka-2"]
     assert forwarder.default_bootstrap(9092) == "kafka-0:9092"
+
+
+def test_a_killed_tunnel_leaves_no_port_forward_behind(
+    cluster: LocalCluster, world: World, tmp_path: Path
+) -> None:
+    from kafkatunnel.localcluster.processes import ManagedProcess
+    from kafkatunnel.pids import pid_alive
+
+    up = ManagedProcess(
+        [
+            sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "kafka",
+            "--bootstrap", cluster.mock[0].address, "--listen", f"127.0.0.1:{free_port_run(8)}",
+            "--no-table",
+        ],
+        name="kafkatunnel-up",
+        env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        up.wait_for_line(r"^broker 3: ", timeout=30)
+
+        def port_forwards() -> list[int]:
+            listing = subprocess.run(
+                ["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True
+            ).stdout.splitlines()
+            return [
+                int(line.split()[0])
+                for line in listing
+                if "port-forward pod/kafka-" in line and int(line.split()[1]) == up.pid
+            ]
+
+        children = wait_for(
+            lambda: (pids := port_forwards()) and len(pids) == 3 and pids,
+            timeout=15,
+            what="one kubectl port-forward per broker",
+        )
+        os.kill(up.pid, signal.SIGKILL)
+        wait_for(
+            lambda: not any(pid_alive(pid) and _not_zombie(pid) for pid in children),
+            timeout=10,
+            what="the port-forwards to die with the tunnel",
+        )
+    finally:
+        up.stop()
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

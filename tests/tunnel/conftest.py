@@ -6,34 +6,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 
 MakeTunnel = Callable[..., BackgroundTunnel]
-
-
-def free_port_run(count: int) -> int:
-    """A port P such that P..P+count-1 are all free now."""
-    import socket
-
-    for _ in range(200):
-        base = free_port()
-        if base + count >= 65535:
-            continue
-        try:
-            held = []
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                held.append(s)
-            for s in held:
-                s.close()
-            return base
-        except OSError:
-            for s in held:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 @pytest.fixture

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.workload import consume_group, produce
-from tests.tunnel.conftest import free_port_run
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.waiting import wait_for
-from tests.tunnel.conftest import free_port_run
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
