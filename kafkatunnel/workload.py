@@ -52,6 +52,7 @@ class GroupResult:
     values: list[bytes] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # errors the client reported
     coordinator_errors: list[str] = field(default_factory=list)  # from librdkafka's group log
+    redelivered: int = 0  # records seen again after a rejoin (skipped with dedupe_by_offset)
 
     @property
     def not_coordinator(self) -> int:
@@ -105,9 +106,14 @@ def consume_group(
     timeout: float = 30.0,
     config: dict[str, Any] | None = None,
     stop_after_coordinator_errors: int | None = None,
+    dedupe_by_offset: bool = False,
 ) -> GroupResult:
     """Consume `topic` from the start as `group` until `expected` messages or the deadline,
     committing offsets; report what was consumed and every coordinator error seen.
+
+    With `dedupe_by_offset`, a record at a (partition, offset) already processed is skipped
+    and counted as redelivered: Kafka redelivers from the last committed offset after a
+    group rejoins, and this is how an application processes each record exactly once.
 
     With `stop_after_coordinator_errors`, give up as soon as that many coordinator errors
     were logged (a group that cannot reach its coordinator never recovers on its own).
@@ -130,6 +136,7 @@ def consume_group(
             **(config or {}),
         }
     )
+    processed: set[tuple[int, int]] = set()
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + timeout
@@ -144,6 +151,12 @@ def consume_group(
             if message.error():
                 result.errors.append(str(message.error()))
                 continue
+            if dedupe_by_offset:
+                position = (message.partition() or 0, message.offset() or 0)
+                if position in processed:
+                    result.redelivered += 1
+                    continue
+                processed.add(position)
             result.consumed += 1
             result.values.append(message.value() or b"")
         if result.consumed:
@@ -165,6 +178,7 @@ def consume_groups(
     *,
     timeout: float = 30.0,
     stop_after_coordinator_errors: int | None = None,
+    dedupe_by_offset: bool = False,
 ) -> dict[str, GroupResult]:
     """Run one consumer per group (group -> expected count) at the same time, as separate
     applications would; each result as `consume_group` gives it."""
@@ -180,6 +194,7 @@ def consume_groups(
                 expected,
                 timeout=timeout,
                 stop_after_coordinator_errors=stop_after_coordinator_errors,
+                dedupe_by_offset=dedupe_by_offset,
             )
             for group, expected in groups.items()
         }
