@@ -175,6 +175,7 @@ class Exchange:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         before_rewrite: Callable[[InFlight, bytes], None] | None = None,
         on_response: Callable[[InFlight, bytes | None], None] | None = None,
+        on_request: Callable[[RequestHeader], None] | None = None,
     ) -> None:
         self.mapper = mapper
         self.caps = caps
@@ -182,6 +183,7 @@ class Exchange:
         self.stats = ExchangeStats()
         self._before_rewrite = before_rewrite
         self._on_response = on_response
+        self._on_request = on_request
         self._requests = _Requests(self, max_frame_size)
         self._responses = _Responses(self, max_frame_size)
 
@@ -206,6 +208,8 @@ class Exchange:
     def observe_request(self, header: RequestHeader, wanted: bool) -> None:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
+        if self._on_request is not None:
+            self._on_request(header)
 
     def transform_response(self, request: InFlight, whole: bytes) -> bytes:
         if request.api_key == API_VERSIONS:

@@ -83,7 +83,6 @@ class ClientConnection(asyncio.Protocol):
         except ProtocolError as error:
             self.fail(f"client {self.peer} sent invalid Kafka protocol: {error}")
             return
-        self.endpoint.requests = sum(self.exchange.stats.requests.values())
         upstream = self.upstream
         if upstream is None:  # reading was paused, but some event loops deliver a first read
             self._early.extend(chunks)

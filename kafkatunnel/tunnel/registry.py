@@ -45,6 +45,9 @@ class Endpoint:
     def local(self) -> str:
         return f"{self.listen_host}:{self.listen_port}"
 
+    def count_request(self, _header: object = None) -> None:
+        self.requests += 1
+
     def record_error(self, message: str) -> None:
         self.errors += 1
         self.last_error = message

@@ -272,6 +272,7 @@ class Tunnel:
             self.caps,
             max_frame_size=self.config.max_frame_size,
             before_rewrite=self._learn_brokers,
+            on_request=endpoint.count_request,
         )
 
     def _learn_brokers(self, request: InFlight, frame: bytes) -> None:

@@ -124,3 +124,16 @@ def test_a_broker_port_in_use_is_reported_on_that_broker(
         assert "--broker-port 2=PORT" in broker["last_error"]
     finally:
         holder.close()
+
+
+def test_requests_are_counted_across_connections(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    from kafkatunnel.probe import ProbeConnection
+
+    tunnel = make_tunnel()
+    before = tunnel.status()["endpoints"][0]["requests"]
+    for _ in range(2):  # two connections, one Metadata request each
+        with ProbeConnection(tunnel.bootstrap_servers) as probe:
+            probe.brokers()
+    assert tunnel.status()["endpoints"][0]["requests"] == before + 2
