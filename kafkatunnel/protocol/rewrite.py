@@ -93,12 +93,12 @@ def rewrite_response(
         return Rewritten(frame_bytes, (), False)
     if not plan.has_addresses:
         return Rewritten(frame_bytes, (), False)
-    walk = _Walk(frame_bytes, mapper)
+    walk = ByteWalk(frame_bytes, mapper)
     walk.struct(plan, response_body_offset(frame_bytes, api_key, api_version), None, top=True)
     seen = tuple(walk.seen)
     if not walk.edits:
         return Rewritten(frame_bytes, seen, False)
-    return Rewritten(_splice(frame_bytes, walk.edits), seen, True)
+    return Rewritten(splice(frame_bytes, walk.edits), seen, True)
 
 
 def addresses_in(frame_bytes: bytes, api_key: int, api_version: int) -> tuple[BrokerAddress, ...]:
@@ -129,14 +129,16 @@ def _apply(buf: bytes, start: int, end: int, edits: list[Edit]) -> bytes:
     return b"".join(_pieces(buf, start, end, edits))
 
 
-def _splice(frame_bytes: bytes, edits: list[Edit]) -> bytes:
+def splice(frame_bytes: bytes, edits: list[Edit]) -> bytes:
     """The frame with `edits` applied and its size prefix corrected, copied once."""
     pieces = _pieces(frame_bytes, SIZE_PREFIX, len(frame_bytes), edits)
     size = sum(len(piece) for piece in pieces)
     return b"".join([size.to_bytes(SIZE_PREFIX, "big"), *pieces])
 
 
-class _Walk:
+class ByteWalk:
+    """A walk over one message's bytes by its plan, noting addresses and collecting edits."""
+
     __slots__ = ("buf", "edits", "mapper", "seen")
 
     def __init__(self, buf: bytes, mapper: Mapper) -> None:
@@ -273,7 +275,7 @@ class _Walk:
             end = pos + size
             field = plan.tagged.get(tag)
             if field is not None and field.struct is not None and field.struct.has_addresses:
-                inner = _Walk(buf[:end], self.mapper)
+                inner = ByteWalk(buf[:end], self.mapper)
                 inner.seen = self.seen
                 if inner.field(field, pos, node_id) != end:
                     raise MalformedMessage(f"tagged field {tag} ({field.name}) has trailing bytes")

@@ -170,6 +170,15 @@ def response_plan(api_key: int, version: int) -> StructPlan:
 
 
 @functools.cache
+def request_plan(api_key: int, version: int) -> StructPlan:
+    """The plan for a request body; raises UnknownApiKey / UnsupportedVersion."""
+    name = api_name(api_key)
+    if version not in schema_name_map[name]:
+        raise UnsupportedVersion(f"{name} v{version} is unknown to this tunnel")
+    return struct_plan(load_request_schema(api_key, version))
+
+
+@functools.cache
 def is_flexible(api_key: int, version: int, entity: EntityType = EntityType.request) -> bool:
     """Whether this version of the API uses compact encodings and tagged fields."""
     name = api_name(api_key)

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
+from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Chunk, Exchange, Pipe
 from kafkatunnel.tunnel.forwarders import (
@@ -21,6 +22,7 @@ from kafkatunnel.tunnel.forwarders import (
 from kafkatunnel.tunnel.registry import Endpoint
 
 log = logging.getLogger("kafkatunnel.proxy")
+Address = tuple[str, int]
 
 
 class ClientConnection(asyncio.Protocol):
@@ -31,12 +33,15 @@ class ClientConnection(asyncio.Protocol):
         make_exchange: Callable[[Endpoint], Exchange | Pipe],
         connect_timeout: float,
         on_close: Callable[[ClientConnection], None],
+        record: Callable[[Endpoint, Address, Address], Recording] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
         self.exchange = make_exchange(endpoint)
         self.connect_timeout = connect_timeout
         self.on_close = on_close
+        self.record = record
+        self.recording: Recording | None = None
         self.transport: asyncio.Transport | None = None
         self.upstream: Upstream | None = None
         self.peer = "?"
@@ -51,6 +56,9 @@ class ClientConnection(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.record is not None and peer:
+            local = transport.get_extra_info("sockname")
+            self.recording = self.record(self.endpoint, peer[:2], local[:2])
         self.endpoint.connections += 1
         self.endpoint.total_connections += 1
         self.transport.pause_reading()  # until the upstream is there
@@ -86,9 +94,11 @@ class ClientConnection(asyncio.Protocol):
         upstream = self.upstream
         if upstream is None:  # reading was paused, but some event loops deliver a first read
             self._early.extend(chunks)
-            return
-        for chunk in chunks:
-            upstream.write(chunk)
+        else:
+            for chunk in chunks:
+                upstream.write(chunk)
+        if self.recording is not None:
+            self.recording.from_client(chunks)
 
     def eof_received(self) -> bool | None:
         self.close()
@@ -118,6 +128,8 @@ class ClientConnection(asyncio.Protocol):
             return
         for chunk in chunks:
             self.transport.write(chunk)
+        if self.recording is not None:
+            self.recording.to_client(chunks)
 
     def upstream_lost(self, reason: str | None) -> None:
         if reason:
@@ -147,6 +159,8 @@ class ClientConnection(asyncio.Protocol):
             return
         self._closed = True
         self.endpoint.connections -= 1
+        if self.recording is not None:
+            self.recording.closed()
         if self._connecting is not None and not self._connecting.done():
             self._connecting.cancel()
         if self.transport is not None:

@@ -16,8 +16,10 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES, Listener, Recorder, Recording
 from kafkatunnel.dns.names import Zone, broker_name
 from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.probe import ProbeConnection, split_address
@@ -29,7 +31,7 @@ from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_ca
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
-from kafkatunnel.tunnel.proxy import ClientConnection
+from kafkatunnel.tunnel.proxy import Address, ClientConnection
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 
 log = logging.getLogger("kafkatunnel.tunnel")
@@ -58,6 +60,9 @@ class TunnelConfig:
     dns_listen: tuple[str, int] | None = None  # serve the brokers' names here
     first_dns_address: str = "127.0.0.2"  # broker i gets this address + i
     brokers: list[str] = field(default_factory=list)  # advertised HOST:PORT known up front
+    record_dir: Path | None = None  # write pcapng recordings here
+    record_rotate_bytes: int = DEFAULT_ROTATE_BYTES
+    record_payloads: bool = False  # keep Produce/Fetch record data in recordings
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -116,6 +121,7 @@ class Tunnel:
         self._pending: set[asyncio.Task[None]] = set()
         self._draining: set[Upstream] = set()  # closed, their process or socket not yet gone
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.recorder: Recorder | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -127,6 +133,10 @@ class Tunnel:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
+        if self.config.record_dir is not None:
+            self.recorder = Recorder(
+                self.config.record_dir, self.config.record_rotate_bytes, self.config.record_payloads
+            )
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
         await self._serve(sock, self.bootstrap)
         if self.dns is not None:
@@ -198,6 +208,8 @@ class Tunnel:
         if self.dns is not None:
             await self.dns.stop()
         await self.forwarder.close()
+        if self.recorder is not None:
+            self.recorder.close()
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -247,9 +259,15 @@ class Tunnel:
             self._exchange,
             self.config.connect_timeout,
             self._closed,
+            self._record if self.recorder is not None else None,
         )
         self.connections.add(connection)
         return connection
+
+    def _record(self, endpoint: Endpoint, client: Address, local: Address) -> Recording:
+        assert self.recorder is not None
+        listener = Listener(endpoint.node_id, endpoint.advertised, endpoint.local, self.config.mode)
+        return self.recorder.connection(listener, client, local)
 
     def _closed(self, connection: ClientConnection) -> None:
         """Forget a closed connection, but keep its upstream until it is really gone, so
@@ -297,6 +315,13 @@ class Tunnel:
             "mode": self.config.mode,
             "notes": self.notes,
             "endpoints": [e.as_dict() for e in self.endpoints()],
+            "recording": None
+            if self.recorder is None
+            else {
+                "directory": str(self.recorder.directory),
+                "files": [str(f) for f in self.recorder.files],
+                "bytes": self.recorder.written,
+            },
             "dns": None
             if self.dns is None
             else {

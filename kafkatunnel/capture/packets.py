@@ -1,0 +1,195 @@
+"""IP/TCP segments: building the synthetic ones a recording carries Kafka frames in, and
+finding the TCP segment inside a captured packet of any common link type."""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kafkatunnel.capture.pcapng import (
+    CaptureFormatError,
+    Interface,
+    Packet,
+    PcapngReader,
+    is_pcapng,
+)
+
+SYN, FIN, ACK, PSH = 0x02, 0x01, 0x10, 0x08
+MAX_SEGMENT = 65_000  # keeps every synthetic IPv4 packet under the 65,535-byte limit
+
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW_ALIASES = (12, 14, 101)
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+LINKTYPE_LINUX_SLL2 = 276
+
+_IP_ETHERTYPES = (b"\x08\x00", b"\x86\xdd")
+_IPV4 = struct.Struct("!BBHHHBBH4s4s")
+_TCP = struct.Struct("!HHIIBBHHH")
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\x00"
+    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def ip_tcp_segment(
+    src: tuple[str, int], dst: tuple[str, int], seq: int, ack: int, flags: int, payload: bytes
+) -> bytes:
+    """One IPv4 (or IPv6) packet holding a TCP segment. The TCP checksum is left zero, as a
+    capture of checksum offload shows it; the IPv4 header checksum is correct."""
+    tcp = _TCP.pack(src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, 65535, 0, 0)
+    source, dest = ipaddress.ip_address(src[0]), ipaddress.ip_address(dst[0])
+    if source.version == 4 and dest.version == 4:
+        total = 20 + len(tcp) + len(payload)
+        header = _IPV4.pack(0x45, 0, total, 0, 0x4000, 64, 6, 0, source.packed, dest.packed)
+        header = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
+        return header + tcp + payload
+    src6 = ipaddress.IPv6Address(f"::ffff:{source}") if source.version == 4 else source
+    dst6 = ipaddress.IPv6Address(f"::ffff:{dest}") if dest.version == 4 else dest
+    header = struct.pack("!IHBB", 6 << 28, len(tcp) + len(payload), 6, 64)
+    return header + src6.packed + dst6.packed + tcp + payload
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    interface: int
+    timestamp_ns: int
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    seq: int
+    flags: int
+    payload: bytes | memoryview
+
+
+def _ip_start(linktype: int, data: memoryview) -> int | None:
+    """Where the IP header starts in a link-layer frame, or None when it holds no IP."""
+    if linktype in LINKTYPE_RAW_ALIASES or linktype in (LINKTYPE_IPV4, LINKTYPE_IPV6):
+        return 0
+    if linktype == LINKTYPE_NULL:
+        return 4
+    if linktype == LINKTYPE_ETHERNET:
+        pos, ethertype = 12, 0
+        while pos + 2 <= len(data):
+            ethertype = struct.unpack_from("!H", data, pos)[0]
+            if ethertype in (0x8100, 0x88A8):  # VLAN tags
+                pos += 4
+                continue
+            break
+        return pos + 2 if ethertype in (0x0800, 0x86DD) else None
+    if linktype == LINKTYPE_LINUX_SLL:
+        return 16 if data[14:16].tobytes() in _IP_ETHERTYPES else None
+    if linktype == LINKTYPE_LINUX_SLL2:
+        return 20 if data[0:2].tobytes() in _IP_ETHERTYPES else None
+    return None
+
+
+def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
+    """The TCP segment in a captured packet; None for anything else (ARP, UDP, fragments)."""
+    data = memoryview(packet.data)
+    start = _ip_start(linktype, data)
+    if start is None or len(data) < start + 20:
+        return None
+    version = data[start] >> 4
+    if version == 4:
+        ihl = (data[start] & 0x0F) * 4
+        total, fragment, protocol = struct.unpack_from("!H2xH1xB", data, start + 2)
+        if protocol != 6 or fragment & 0x3FFF:
+            return None
+        src = ipaddress.IPv4Address(data[start + 12 : start + 16].tobytes()).compressed
+        dst = ipaddress.IPv4Address(data[start + 16 : start + 20].tobytes()).compressed
+        tcp_at, end = start + ihl, start + total if total else len(data)
+    elif version == 6 and len(data) >= start + 40:
+        length, next_header = struct.unpack_from("!HB", data, start + 4)
+        if next_header != 6:
+            return None
+        src = _v6(data[start + 8 : start + 24].tobytes())
+        dst = _v6(data[start + 24 : start + 40].tobytes())
+        tcp_at, end = start + 40, start + 40 + length
+    else:
+        return None
+    if len(data) < tcp_at + 20:
+        return None
+    sport, dport, seq, _ack, offset, flags = struct.unpack_from("!HHIIBB", data, tcp_at)
+    payload_at = tcp_at + (offset >> 4) * 4
+    return Segment(
+        packet.interface, packet.timestamp_ns, src, sport, dst, dport, seq, flags,
+        data[payload_at : min(end, len(data))],
+    )  # fmt: skip
+
+
+def _v6(raw: bytes) -> str:
+    address = ipaddress.IPv6Address(raw)
+    return address.ipv4_mapped.compressed if address.ipv4_mapped else address.compressed
+
+
+_PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000_000),
+    b"\xa1\xb2\xc3\xd4": (">", 1_000_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1_000_000_000),
+    b"\xa1\xb2\x3c\x4d": (">", 1_000_000_000),
+}
+
+
+class Capture:
+    """A pcap or pcapng file's TCP segments, and the interfaces and comments it holds."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = memoryview(data)
+        self.interfaces: list[Interface] = []
+        self.comments: list[str] = []
+        if is_pcapng(self.data):
+            self._format = "pcapng"
+        elif self.data[:4].tobytes() in _PCAP_MAGICS:
+            self._format = "pcap"
+        else:
+            raise CaptureFormatError(
+                "not a pcap or pcapng file (record with `kafkatunnel up --record DIR`, "
+                "or `tcpdump -w FILE`)"
+            )
+
+    def segments(self) -> Iterator[Segment]:
+        if self._format == "pcapng":
+            reader = PcapngReader(self.data)
+            self.interfaces = reader.interfaces
+            self.comments = reader.comments
+            for packet in reader:
+                interfaces = reader.interfaces
+                if self.interfaces is not interfaces:
+                    self.interfaces = interfaces
+                if packet.interface < len(interfaces):
+                    segment = tcp_segment(packet, interfaces[packet.interface].linktype)
+                    if segment is not None:
+                        yield segment
+            return
+        yield from self._pcap_segments()
+
+    def _pcap_segments(self) -> Iterator[Segment]:
+        data = self.data
+        order, per_second = _PCAP_MAGICS[data[:4].tobytes()]
+        if len(data) < 24:
+            raise CaptureFormatError("a pcap file shorter than its 24-byte header")
+        linktype = struct.unpack_from(order + "I", data, 20)[0] & 0x0FFFFFFF
+        self.interfaces = [Interface(linktype, "", "", per_second)]
+        record = struct.Struct(order + "IIII")
+        pos = 24
+        while pos + 16 <= len(data):
+            seconds, fraction, captured, _original = record.unpack_from(data, pos)
+            pos += 16
+            if pos + captured > len(data):
+                return  # cut short while being written
+            ns = seconds * 1_000_000_000 + fraction * (1_000_000_000 // per_second)
+            segment = tcp_segment(Packet(0, ns, data[pos : pos + captured]), linktype)
+            if segment is not None:
+                yield segment
+            pos += captured

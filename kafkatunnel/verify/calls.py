@@ -1,0 +1,295 @@
+"""From a capture file's bytes to Kafka calls: TCP reassembly per connection, frames per
+direction, and each request paired with its response by correlation id.
+
+A call whose request and response fall in different files of a rotated recording comes out
+as two halves (a dangling request, an orphan response) that `pair_halves` joins once the
+halves of all files are together.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from kafkatunnel.capture.packets import SYN, Capture, Segment
+from kafkatunnel.capture.pcapng import Interface
+from kafkatunnel.protocol.errors import ProtocolError
+from kafkatunnel.protocol.framing import FrameDecoder
+from kafkatunnel.protocol.headers import expects_response, parse_request_header
+from kafkatunnel.protocol.schema import known_versions
+
+# Requests and responses whose bodies verify reads: coordinator-scoped APIs, and answers
+# that can name brokers. Everything else is counted, not kept.
+COORDINATOR_APIS = {8, 9, 11, 12, 13, 14, 15, 22, 24, 25, 26, 28, 42, 47, 65, 68, 69}
+ADDRESS_APIS = {0, 1, 3, 10, 55, 60, 78, 79}
+KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
+MAX_OUT_OF_ORDER = 256  # segments held waiting for a gap to fill before giving up on a flow
+
+
+@dataclass(frozen=True, slots=True)
+class Conn:
+    """A client connection: where it went, and which broker that was when the recording says."""
+
+    key: str  # unique across the recordings being verified
+    client: str
+    server: str  # the address the client connected to
+    node: int | None  # the broker behind it (a kafkatunnel listener's node); None: unknown
+    tunnel: bool  # recorded by kafkatunnel (client-facing answers must name tunnel addresses)
+    advertised: str | None = None  # the broker address the listener forwards to
+
+
+@dataclass(slots=True)
+class Call:
+    conn: Conn
+    api_key: int
+    api_version: int
+    correlation_id: int
+    request_ts: int
+    request: bytes | None  # the whole request frame, kept for APIs verify reads
+    response_ts: int | None = None
+    response: bytes | None = None  # the whole response frame, likewise
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A response whose request is not in this file."""
+
+    conn: Conn
+    correlation_id: int
+    ts: int
+    frame: bytes
+
+
+@dataclass
+class FileSummary:
+    source: str
+    frames: int = 0
+    calls: int = 0
+    tunnel: bool = False
+    listeners: list[dict[str, object]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def listener_of(interface: Interface) -> dict[str, object] | None:
+    """The kafkatunnel listener an interface stands for, from its JSON description."""
+    if not interface.description.startswith("{"):
+        return None
+    try:
+        found = json.loads(interface.description)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) and found.get("kafkatunnel") == 1 else None
+
+
+def looks_like_request(payload: bytes | memoryview) -> bool:
+    """Whether bytes start like a request frame (a response's correlation id can pass for
+    a Produce header, so API key 0 is not taken as evidence)."""
+    if len(payload) < 14:
+        return False
+    api_key = int.from_bytes(payload[4:6], "big", signed=True)
+    version = int.from_bytes(payload[6:8], "big", signed=True)
+    client_id = int.from_bytes(payload[12:14], "big", signed=True)
+    size = int.from_bytes(payload[0:4], "big", signed=True)
+    if api_key <= 0 or client_id < -1 or client_id > size:
+        return False
+    try:
+        return version in known_versions(api_key)
+    except ProtocolError:
+        return False
+
+
+class _Direction:
+    __slots__ = ("broken", "decoder", "held", "next_seq")
+
+    def __init__(self) -> None:
+        self.next_seq: int | None = None
+        self.held: dict[int, bytes] = {}
+        self.decoder = FrameDecoder()
+        self.broken: str | None = None
+
+    def bytes_in_order(self, segment: Segment) -> list[bytes | memoryview]:
+        """This segment's new bytes, and any held ones it makes contiguous."""
+        payload = segment.payload
+        if segment.flags & SYN:
+            self.next_seq = (segment.seq + 1) & 0xFFFFFFFF
+            return []
+        if not payload or self.broken is not None:
+            return []
+        if self.next_seq is None:
+            self.next_seq = segment.seq
+        offset = (segment.seq - self.next_seq) & 0xFFFFFFFF
+        if offset >= 0x80000000:  # starts before what we have: a retransmission, maybe longer
+            overlap = (self.next_seq - segment.seq) & 0xFFFFFFFF
+            if overlap >= len(payload):
+                return []
+            payload, offset = payload[overlap:], 0
+        if offset > 0:
+            if len(self.held) >= MAX_OUT_OF_ORDER:
+                self.broken = "a gap in the TCP stream (a segment was not captured)"
+                return []
+            self.held[segment.seq] = bytes(payload)
+            return []
+        out: list[bytes | memoryview] = [payload]
+        self.next_seq = (self.next_seq + len(payload)) & 0xFFFFFFFF
+        while self.next_seq in self.held:
+            data = self.held.pop(self.next_seq)
+            out.append(data)
+            self.next_seq = (self.next_seq + len(data)) & 0xFFFFFFFF
+        return out
+
+    def frames(self, chunks: list[bytes | memoryview]) -> list[bytes]:
+        frames: list[bytes] = []
+        for chunk in chunks:
+            try:
+                frames.extend(self.decoder.feed(chunk))
+            except ProtocolError as error:
+                self.broken = f"not a Kafka stream: {error}"
+                break
+        return frames
+
+
+class _Flow:
+    __slots__ = ("conn", "pending", "requests", "responses")
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.requests = _Direction()
+        self.responses = _Direction()
+        self.pending: dict[int, Call] = {}
+
+
+class FileDecoder:
+    """Reads one capture file into calls, dangling requests and orphan responses."""
+
+    def __init__(self, source: str, data: bytes | memoryview) -> None:
+        self.source = source
+        self.capture = Capture(data)
+        self.summary = FileSummary(source)
+        self.calls: list[Call] = []
+        self.orphans: list[Orphan] = []
+        self._flows: dict[tuple[str, int, str, int], _Flow] = {}
+        self._listeners: dict[int, dict[str, object] | None] = {}
+
+    def run(self) -> FileDecoder:
+        for segment in self.capture.segments():
+            self._segment(segment)
+        for flow in self._flows.values():
+            self.calls.extend(flow.pending.values())  # dangling: answered in a later file?
+            for direction in (flow.requests, flow.responses):
+                if direction.broken:
+                    self.summary.problems.append(f"{flow.conn.key}: {direction.broken}")
+        self.summary.calls = len(self.calls)
+        self.summary.listeners = [x for x in self._listeners.values() if x is not None]
+        self.summary.tunnel = bool(self.summary.listeners)
+        return self
+
+    def _listener(self, interface: int) -> dict[str, object] | None:
+        if interface not in self._listeners:
+            interfaces = self.capture.interfaces
+            found = listener_of(interfaces[interface]) if interface < len(interfaces) else None
+            self._listeners[interface] = found
+        return self._listeners[interface]
+
+    def _flow(self, segment: Segment) -> tuple[_Flow, bool]:
+        forward = (segment.src, segment.sport, segment.dst, segment.dport)
+        flow = self._flows.get(forward)
+        if flow is not None:
+            return flow, True
+        backward = (segment.dst, segment.dport, segment.src, segment.sport)
+        flow = self._flows.get(backward)
+        if flow is not None:
+            return flow, False
+        listener = self._listener(segment.interface)
+        src, dst = f"{segment.src}:{segment.sport}", f"{segment.dst}:{segment.dport}"
+        if listener is not None:
+            to_server = src != listener.get("tunnel")
+        elif segment.flags & SYN:
+            to_server = not segment.flags & 0x10  # a SYN without ACK comes from the client
+        elif looks_like_request(segment.payload):
+            to_server = True  # Kafka clients speak first
+        else:
+            to_server = segment.dport <= segment.sport  # the service port is the lower one
+        client, server = (src, dst) if to_server else (dst, src)
+        node = listener.get("node_id") if listener is not None else None
+        scope = listener.get("run") if listener is not None else self.source
+        conn = Conn(
+            key=f"{scope}/{client}/{server}",
+            client=client,
+            server=server,
+            node=node if isinstance(node, int) else None,
+            tunnel=listener is not None,
+            advertised=str(listener["advertised"]) if listener is not None else None,
+        )
+        flow = _Flow(conn)
+        self._flows[forward if to_server else backward] = flow
+        return flow, to_server
+
+    def _segment(self, segment: Segment) -> None:
+        flow, to_server = self._flow(segment)
+        direction = flow.requests if to_server else flow.responses
+        chunks = direction.bytes_in_order(segment)
+        if not chunks:
+            return
+        frames = direction.frames(chunks)
+        self.summary.frames += len(frames)
+        if to_server:
+            for whole in frames:
+                self._request(flow, whole, segment.timestamp_ns)
+        else:
+            for whole in frames:
+                self._response(flow, whole, segment.timestamp_ns)
+
+    def _request(self, flow: _Flow, whole: bytes, ts: int) -> None:
+        try:
+            header = parse_request_header(whole)
+            wanted = expects_response(whole, header)
+        except ProtocolError as error:
+            flow.requests.broken = f"a request could not be read: {error}"
+            return
+        kept = whole if header.api_key in KEPT_APIS else None
+        call = Call(flow.conn, header.api_key, header.api_version, header.correlation_id, ts, kept)
+        if wanted:  # acks=0 Produce requests are answered by nothing and verify nothing
+            flow.pending[header.correlation_id] = call
+
+    def _response(self, flow: _Flow, whole: bytes, ts: int) -> None:
+        if len(whole) < 8:
+            flow.responses.broken = "a response shorter than its correlation id"
+            return
+        correlation = int.from_bytes(whole[4:8], "big", signed=True)
+        call = flow.pending.pop(correlation, None)
+        if call is None:
+            self.orphans.append(Orphan(flow.conn, correlation, ts, whole))
+            return
+        call.response_ts = ts
+        if call.api_key in KEPT_APIS or call.api_key in ADDRESS_APIS:
+            call.response = whole
+        self.calls.append(call)
+
+
+def pair_halves(halves: Iterable[Call | Orphan]) -> Iterator[Call]:
+    """Join dangling requests and orphan responses of one connection (any order in)."""
+    requests: dict[int, list[Call]] = {}
+    orphans: list[Orphan] = []
+    for half in halves:
+        if isinstance(half, Orphan):
+            orphans.append(half)
+        else:
+            requests.setdefault(half.correlation_id, []).append(half)
+    for waiting in requests.values():
+        waiting.sort(key=lambda c: c.request_ts)
+    for orphan in sorted(orphans, key=lambda o: o.ts):
+        candidates = requests.get(orphan.correlation_id, [])
+        match = next((c for c in candidates if c.request_ts <= orphan.ts), None)
+        if match is None:
+            continue
+        candidates.remove(match)
+        match.response_ts = orphan.ts
+        match.response = orphan.frame
+        yield match
+    for waiting in requests.values():
+        yield from waiting  # never answered in the recordings
+
+
+def is_dangling(call: Call) -> bool:
+    return call.response_ts is None

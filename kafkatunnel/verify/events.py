@@ -1,0 +1,281 @@
+"""What each call says that routing verification needs, as small events.
+
+LOOKUP: a FindCoordinator answer (key, the node and address it names, error).
+CALL: a coordinator-scoped request and its answer's error, per group or transactional id.
+BROKERS / LEADERS: which node has which address; who leads the internal topics' partitions.
+NAMED: an address a client-facing answer named (for the leak check).
+Bodies are decoded with kio (generated from Kafka's JSON schemas); addresses are found by
+the same byte walk the rewriter uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
+
+from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.errors import ProtocolError
+from kafkatunnel.protocol.headers import parse_request_header, response_body_offset
+from kafkatunnel.protocol.rewrite import addresses_in
+from kafkatunnel.protocol.schema import Kind, response_plan
+from kafkatunnel.verify.calls import ADDRESS_APIS, COORDINATOR_APIS, Call, Conn
+
+LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", "named"
+GROUP, TRANSACTION = 0, 1
+INTERNAL_TOPICS = {"__consumer_offsets": GROUP, "__transaction_state": TRANSACTION}
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
+COORDINATOR_ERRORS = (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS)
+JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: str
+    ts: int
+    conn: Conn
+    api_key: int
+    key: str | None = None  # group id or transactional id
+    key_type: int = GROUP
+    error: int | None = None  # None: never answered in the recording
+    node: int | None = None  # LOOKUP: the coordinator named; NAMED: the node named
+    address: str | None = None  # LOOKUP / NAMED: the address named
+    brokers: tuple[tuple[int, str], ...] = ()
+    leaders: tuple[tuple[int, int, int], ...] = ()  # (key type, partition, leader)
+    detail: dict[str, Any] | None = None
+
+
+def _decode(entity: type, frame: bytes, offset: int) -> Any:
+    value: Any
+    value, _end = entity_reader(entity)(frame, offset)
+    return value
+
+
+def _request(call: Call) -> Any:
+    assert call.request is not None
+    header = parse_request_header(call.request)
+    if header.body_offset is None:
+        raise ProtocolError(f"API {call.api_key} v{call.api_version} is unknown")
+    schema = load_request_schema(call.api_key, call.api_version)
+    return _decode(schema, call.request, header.body_offset)
+
+
+def _response(call: Call) -> Any:
+    assert call.response is not None
+    offset = response_body_offset(call.response, call.api_key, call.api_version)
+    schema = load_response_schema(call.api_key, call.api_version)
+    return _decode(schema, call.response, offset)
+
+
+def first_error(value: Any) -> int:
+    """The first non-zero error code anywhere in a decoded message (0 if none)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        code = getattr(value, "error_code", None)
+        if code is not None and int(code):
+            return int(code)
+        for field in fields(value):
+            found = first_error(getattr(value, field.name))
+            if found:
+                return found
+    elif isinstance(value, tuple):
+        for item in value:
+            found = first_error(item)
+            if found:
+                return found
+    return 0
+
+
+def _batched(items: Any, key_field: str) -> list[tuple[str, int]]:
+    return [(str(getattr(item, key_field)), first_error(item)) for item in items]
+
+
+def top_level_error(call: Call) -> int | None:
+    """The error code of a response kio cannot decode (some brokers send null in
+    non-nullable strings of error answers): read up to a top-level error_code."""
+    assert call.response is not None
+    try:
+        pos = response_body_offset(call.response, call.api_key, call.api_version)
+        for field in response_plan(call.api_key, call.api_version).fields:
+            if field.name == "error_code":
+                return wire.read_int16(call.response, pos)[0]
+            if field.kind is not Kind.FIXED:
+                return None
+            pos += field.size
+    except ProtocolError:
+        return None
+    return None
+
+
+def _keys(
+    call: Call, request: Any, response: Any, fallback: int | None
+) -> list[tuple[str, int, int | None]]:
+    """(key, key type, error) for each group or transactional id a coordinator call is about.
+    `fallback`: the error of an answer that could not be decoded whole."""
+    api, version = call.api_key, call.api_version
+    answered = response is not None
+    if not answered and fallback is not None:
+        return [(key, key_type, fallback) for key, key_type, _ in _keys(call, request, None, None)]
+    batched: list[tuple[str, int]] | None = None
+    if api == 9 and version >= 8:
+        if answered:
+            batched = _batched(response.groups, "group_id")
+        else:
+            return [(str(g.group_id), GROUP, None) for g in request.groups]
+    elif api in (15, 69):
+        if answered:
+            batched = _batched(response.groups, "group_id")
+        else:
+            ids = request.groups if api == 15 else request.group_ids
+            return [(str(g), GROUP, None) for g in ids]
+    elif api == 42:
+        if answered:
+            batched = _batched(response.results, "group_id")
+        else:
+            return [(str(g), GROUP, None) for g in request.groups_names]
+    elif api == 65:
+        if answered:
+            batched = _batched(response.transaction_states, "transactional_id")
+        else:
+            return [(str(t), TRANSACTION, None) for t in request.transactional_ids]
+    elif api == 24 and version >= 4:
+        if answered:
+            batched = _batched(response.results_by_transaction, "transactional_id")
+        else:
+            return [(str(t.transactional_id), TRANSACTION, None) for t in request.transactions]
+    if batched is not None:
+        key_type = TRANSACTION if api in (24, 65) else GROUP
+        return [(key, key_type, error) for key, error in batched]
+    if api == 22:
+        key, key_type = request.transactional_id, TRANSACTION
+        if key is None:
+            return []  # an idempotent producer's id: any broker may answer
+    elif api == 24:
+        key, key_type = request.v3_and_below_transactional_id, TRANSACTION
+    elif api in (25, 26):
+        key, key_type = request.transactional_id, TRANSACTION
+    else:
+        key, key_type = request.group_id, GROUP
+    return [(str(key), key_type, first_error(response) if answered else None)]
+
+
+def _assignment(data: bytes | None) -> list[tuple[str, int]] | None:
+    """A consumer-protocol assignment's partitions, or None when it is not one."""
+    if not data or len(data) < 2:
+        return [] if data is not None and len(data) == 0 else None
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < 0:
+        return None
+    try:
+        from importlib import import_module
+
+        module = import_module(f"kio.schema.consumer_protocol_assignment.v{min(version, 3)}.data")
+        value = _decode(module.ConsumerProtocolAssignment, data, 2)
+    except Exception:  # any bytes may sit here in a non-consumer protocol
+        return None
+    return [
+        (str(topic.topic), int(p)) for topic in value.assigned_partitions for p in topic.partitions
+    ]
+
+
+def _membership(call: Call, request: Any, response: Any) -> dict[str, Any] | None:
+    if call.api_key == JOIN_GROUP and response is not None:
+        return {
+            "member": str(response.member_id),
+            "generation": int(response.generation_id),
+            "offered": [str(p.name) for p in request.protocols],
+            "chosen": None if response.protocol_name is None else str(response.protocol_name),
+            "protocol_type": str(request.protocol_type),
+            "leader": str(response.leader),
+        }
+    if call.api_key == SYNC_GROUP:
+        detail: dict[str, Any] = {
+            "member": str(request.member_id),
+            "generation": int(request.generation_id),
+            "assignments": {
+                str(a.member_id): _assignment(bytes(a.assignment)) for a in request.assignments
+            },
+        }
+        if response is not None:
+            detail["assignment"] = _assignment(bytes(response.assignment))
+        return detail
+    if call.api_key == CONSUMER_GROUP_HEARTBEAT and response is not None:
+        return {"member": str(response.member_id), "epoch": int(response.member_epoch)}
+    return None
+
+
+def _lookups(call: Call, request: Any, response: Any) -> list[Event]:
+    ts = call.response_ts or call.request_ts
+    if call.api_version >= 4:
+        key_type = int(request.key_type)
+        answers = [
+            (str(c.key), int(c.error_code), int(c.node_id), f"{c.host}:{c.port}")
+            for c in response.coordinators
+        ]
+    else:
+        key_type = int(getattr(request, "key_type", GROUP))
+        answers = [
+            (
+                str(request.key),
+                int(response.error_code),
+                int(response.node_id),
+                f"{response.host}:{response.port}",
+            )
+        ]
+    return [
+        Event(LOOKUP, ts, call.conn, 10, key, key_type, error, node, address)
+        for key, error, node, address in answers
+    ]
+
+
+def _leaders(response: Any) -> tuple[tuple[int, int, int], ...]:
+    found = []
+    for topic in response.topics:
+        key_type = INTERNAL_TOPICS.get(str(topic.name))
+        if key_type is None:
+            continue
+        for partition in topic.partitions:
+            found.append((key_type, int(partition.partition_index), int(partition.leader_id)))
+    return tuple(found)
+
+
+def events_of(call: Call) -> list[Event]:
+    """The events of one call. Raises (ProtocolError, or kio's errors) when a message cannot
+    be decoded; the caller counts that as a problem of the recording."""
+    out: list[Event] = []
+    response_ts = call.response_ts or call.request_ts
+    if call.response is not None and call.api_key in ADDRESS_APIS:
+        seen = addresses_in(call.response, call.api_key, call.api_version)
+        for address in seen:
+            where = f"{address.host}:{address.port}"
+            out.append(Event(NAMED, response_ts, call.conn, call.api_key, node=address.node_id,
+                             address=where))  # fmt: skip
+        if call.api_key in (3, 60) and seen:
+            brokers = tuple((a.node_id, f"{a.host}:{a.port}") for a in seen)
+            out.append(Event(BROKERS, response_ts, call.conn, call.api_key, brokers=brokers))
+    response = call.response
+    internal = response is not None and any(n.encode() in response for n in INTERNAL_TOPICS)
+    if call.api_key == 3 and internal:
+        leaders = _leaders(_response(call))
+        if leaders:
+            out.append(Event(LEADERS, response_ts, call.conn, 3, leaders=leaders))
+    if call.request is None:
+        return out
+    if call.api_key == 10 and call.response is not None:
+        out.extend(_lookups(call, _request(call), _response(call)))
+    elif call.api_key in COORDINATOR_APIS:
+        request = _request(call)
+        response = fallback = None
+        if call.response is not None:
+            try:
+                response = _response(call)
+            except Exception:
+                fallback = top_level_error(call)
+                if fallback is None:
+                    raise
+        detail = _membership(call, request, response)
+        for key, key_type, error in _keys(call, request, response, fallback):
+            out.append(Event(CALL, call.request_ts, call.conn, call.api_key, key, key_type,
+                             error, detail=detail))  # fmt: skip
+    return out

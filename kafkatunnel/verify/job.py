@@ -1,0 +1,300 @@
+"""The verify job: recordings in, a verdict per group and transactional id out.
+
+Stage 1 decodes each file on its own (a Spark task per file): complete calls become events
+at once; calls split across rotated files travel as halves, keyed by connection, and are
+joined in stage 2. A few facts (which address is which broker, who leads the internal
+topics) are collected and broadcast; stage 3 judges each group from its own events. The
+same functions run without Spark in `verify_local`, for small inputs and for comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kafkatunnel.capture.pcapng import CaptureFormatError
+from kafkatunnel.protocol.schema import api_name
+from kafkatunnel.verify.calls import (
+    Call,
+    FileDecoder,
+    FileSummary,
+    Orphan,
+    is_dangling,
+    pair_halves,
+)
+from kafkatunnel.verify.events import BROKERS, CALL, LEADERS, LOOKUP, NAMED, Event, events_of
+from kafkatunnel.verify.judge import MISROUTED, Facts, Verdict, judge
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MAX_PROBLEMS = 20  # per file: enough to say what is wrong
+Named = Counter[tuple[str, int, str]]  # (address, api key, "tunnel"|"plain") -> times named
+
+
+@dataclass
+class FileResult:
+    summary: FileSummary
+    events: list[Event] = field(default_factory=list)  # everything but NAMED
+    named: Named = field(default_factory=Counter)
+    halves: list[Call | Orphan] = field(default_factory=list)
+
+
+def _collect(calls: Iterable[Call], result: FileResult) -> None:
+    for call in calls:
+        try:
+            events = events_of(call)
+        except Exception as error:  # kio raises its own errors on bytes it cannot read
+            if len(result.summary.problems) < MAX_PROBLEMS:
+                result.summary.problems.append(
+                    f"{call.conn.key}: {api_name(call.api_key)} v{call.api_version} "
+                    f"(correlation {call.correlation_id}) could not be decoded: {error}"
+                )
+            continue
+        for event in events:
+            if event.kind == NAMED:
+                assert event.address is not None
+                scope = "tunnel" if event.conn.tunnel else "plain"
+                result.named[(event.address, event.api_key, scope)] += 1
+            else:
+                result.events.append(event)
+
+
+def decode_file(source: str, data: bytes | memoryview) -> FileResult:
+    """Stage 1: one file's events, and the halves of calls it does not hold whole."""
+    try:
+        decoder = FileDecoder(source, data).run()
+    except CaptureFormatError as error:
+        return FileResult(FileSummary(source, problems=[f"{source}: {error}"]))
+    result = FileResult(decoder.summary)
+    whole: list[Call] = []
+    for call in decoder.calls:
+        (result.halves.append if is_dangling(call) else whole.append)(call)
+    result.halves.extend(decoder.orphans)
+    _collect(whole, result)
+    return result
+
+
+def join_halves(halves: Iterable[Call | Orphan]) -> FileResult:
+    """Stage 2, for one connection's halves from all files."""
+    result = FileResult(FileSummary("(calls across files)"))
+    _collect((c for c in pair_halves(halves) if not is_dangling(c)), result)
+    return result
+
+
+def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Facts:
+    facts = Facts()
+    for summary in summaries:
+        for listener in summary.listeners:
+            node = listener.get("node_id")
+            if isinstance(node, int):
+                facts.address_nodes[str(listener["tunnel"])] = node
+                facts.address_nodes.setdefault(str(listener["advertised"]), node)
+    snapshots: dict[int, list[tuple[int, int, dict[int, int]]]] = {}
+    for event in sorted(events, key=lambda e: e.ts):
+        if event.kind == BROKERS:
+            for node, address in event.brokers:
+                facts.address_nodes.setdefault(address, node)
+        elif event.kind == LOOKUP and event.error == 0 and event.node is not None:
+            if event.address is not None and event.node >= 0:
+                facts.address_nodes.setdefault(event.address, event.node)
+        elif event.kind == LEADERS:
+            by_type: dict[int, dict[int, int]] = {}
+            for key_type, partition, leader in event.leaders:
+                by_type.setdefault(key_type, {})[partition] = leader
+            for key_type, leaders in by_type.items():
+                snapshots.setdefault(key_type, []).append((event.ts, max(leaders) + 1, leaders))
+    facts.leaders = snapshots
+    return facts
+
+
+def is_fact(event: Event) -> bool:
+    return event.kind in (BROKERS, LEADERS) or (event.kind == LOOKUP and event.error == 0)
+
+
+def is_about_a_key(event: Event) -> bool:
+    return event.kind in (LOOKUP, CALL) and event.key is not None
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    leaks: list[dict[str, Any]]
+    files: int
+    frames: int
+    calls: int
+    tunnel_recording: bool
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.leaks and not any(v.verdict == MISROUTED for v in self.verdicts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "files": self.files,
+            "frames": self.frames,
+            "calls": self.calls,
+            "tunnel_recording": self.tunnel_recording,
+            "groups": [v.as_dict() for v in sorted(self.verdicts, key=_order)],
+            "leaks": self.leaks,
+            "problems": self.problems,
+        }
+
+
+def _order(verdict: Verdict) -> tuple[int, str]:
+    return (verdict.key_type, verdict.key)
+
+
+def leaks_in(named: Named, summaries: list[FileSummary]) -> list[dict[str, Any]]:
+    """Addresses client-facing answers named that are not the tunnel's own."""
+    allowed = set()
+    for summary in summaries:
+        for listener in summary.listeners:
+            allowed.add(str(listener["tunnel"]))
+            if listener.get("mode") == "transparent":
+                allowed.add(str(listener["advertised"]))
+    leaks = [
+        {"address": address, "api": api_name(api), "times": times}
+        for (address, api, scope), times in sorted(named.items())
+        if scope == "tunnel" and address not in allowed
+    ]
+    return leaks
+
+
+def _report(
+    verdicts: list[Verdict], named: Named, summaries: list[FileSummary], calls: int
+) -> Report:
+    real = [s for s in summaries if s.source != "(calls across files)"]
+    problems = [p for s in summaries for p in s.problems]
+    return Report(
+        verdicts=verdicts,
+        leaks=leaks_in(named, summaries),
+        files=len(real),
+        frames=sum(s.frames for s in real),
+        calls=calls,
+        tunnel_recording=any(s.tunnel for s in real),
+        problems=problems,
+    )
+
+
+def expand(paths: Iterable[str]) -> list[str]:
+    """Local files and directories to files; other URIs (hdfs://, s3a://) pass as given."""
+    out: list[str] = []
+    for path in paths:
+        if "://" in path and not path.startswith("file://"):
+            out.append(path)
+            continue
+        local = Path(path.removeprefix("file://"))
+        if local.is_dir():
+            out.extend(str(p) for p in sorted(local.iterdir()) if p.suffix in (".pcap", ".pcapng"))
+        elif local.exists():
+            out.append(str(local))
+        else:
+            raise FileNotFoundError(f"no recording at {path}")
+    return out
+
+
+def verify_local(paths: Iterable[str]) -> Report:
+    """The whole job in this process, no Spark."""
+    results = [decode_file(p, Path(p).read_bytes()) for p in expand(paths)]
+    halves: dict[str, list[Call | Orphan]] = {}
+    for result in results:
+        for half in result.halves:
+            halves.setdefault(half.conn.key, []).append(half)
+    results.extend(join_halves(h) for h in halves.values())
+    events = [e for r in results for e in r.events]
+    summaries = [r.summary for r in results]
+    facts = facts_from([e for e in events if is_fact(e)], summaries)
+    by_key: dict[tuple[str, int], list[Event]] = {}
+    for event in events:
+        if is_about_a_key(event):
+            assert event.key is not None
+            by_key.setdefault((event.key, event.key_type), []).append(event)
+    verdicts = [judge(k, t, group, facts) for (k, t), group in by_key.items()]
+    named: Named = Counter()
+    for result in results:
+        named.update(result.named)
+    calls = sum(r.summary.calls for r in results)
+    return _report(verdicts, named, summaries, calls)
+
+
+def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
+    """The job on Spark: any master, any Hadoop filesystem URI."""
+    sc = spark.sparkContext
+    uris = [p if "://" in p else Path(p).resolve().as_uri() for p in expand(paths)]
+    files = sc.binaryFiles(",".join(uris), minPartitions=max(len(uris), 1))
+    decoded = files.map(lambda item: decode_file(item[0], item[1])).persist()
+    joined = (
+        decoded.flatMap(lambda r: [(h.conn.key, h) for h in r.halves])
+        .groupByKey()
+        .map(lambda item: join_halves(item[1]))
+        .persist()
+    )
+    results = decoded.union(joined)
+    summaries = results.map(lambda r: r.summary).collect()
+    facts = facts_from(results.flatMap(lambda r: [e for e in r.events if is_fact(e)]).collect(),
+                       summaries)  # fmt: skip
+    shared = sc.broadcast(facts)
+    verdicts = (
+        results.flatMap(lambda r: [((e.key, e.key_type), e) for e in r.events if is_about_a_key(e)])
+        .groupByKey()
+        .map(lambda item: judge(str(item[0][0]), item[0][1], list(item[1]), shared.value))
+        .collect()
+    )
+    named: Named = Counter()
+    for part in results.map(lambda r: r.named).collect():
+        named.update(part)
+    calls = sum(s.calls for s in summaries)
+    decoded.unpersist()
+    joined.unpersist()
+    return _report(verdicts, named, summaries, calls)
+
+
+def spark_session(master: str = "local[*]") -> SparkSession:
+    """A Spark session for verify. Workers run this Python; on a cluster, the kafkatunnel
+    and kio packages are shipped to them, so nothing needs installing there."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("kafkatunnel verify")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if not master.startswith("local"):
+        for archive in _package_archives():
+            spark.sparkContext.addPyFile(str(archive))
+    return spark
+
+
+def _package_archives() -> list[Path]:
+    """Zips of the packages workers need (cached next to the installed package)."""
+    import shutil
+    import tempfile
+
+    import kio
+
+    import kafkatunnel
+
+    out = []
+    where = Path(tempfile.gettempdir()) / f"kafkatunnel-pyfiles-{os.getuid()}"
+    where.mkdir(exist_ok=True)
+    for module in (kafkatunnel, kio):
+        root = Path(module.__file__ or "").parent
+        base = where / root.name
+        archive = shutil.make_archive(str(base), "zip", root.parent, root.name)
+        out.append(Path(archive))
+    return out

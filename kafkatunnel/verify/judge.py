@@ -1,0 +1,237 @@
+"""The verdict for one consumer group or transactional id, from its events and a few facts
+about the whole recording. A pure function, so Spark can run it per group anywhere.
+
+misrouted: a coordinator-scoped request went to a broker other than the coordinator the
+latest FindCoordinator answer named (or other than the leader of the key's partition of
+__consumer_offsets / __transaction_state, when Metadata for it was recorded); or the named
+coordinator kept answering NOT_COORDINATOR after being looked up again (its address leads to
+another broker: the single port-forward failure); or a generation assigned a partition to
+two members, or chose a protocol a member did not offer.
+unverified: nothing could be checked (no lookup recorded, brokers unknown).
+ok: at least one request checked, nothing wrong. Transient coordinator errors are counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkatunnel.protocol.coordinator import partition_for
+from kafkatunnel.protocol.schema import api_name
+from kafkatunnel.verify.calls import Conn
+from kafkatunnel.verify.events import (
+    CALL,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    JOIN_GROUP,
+    LOOKUP,
+    NOT_COORDINATOR,
+    SYNC_GROUP,
+    TRANSACTION,
+    Event,
+)
+
+OK, MISROUTED, UNVERIFIED = "ok", "misrouted", "unverified"
+PERSISTENT_DENIALS = 3  # NOT_COORDINATOR answers from a coordinator re-named in between
+
+
+@dataclass
+class Facts:
+    """What the whole recording says about brokers, collected before groups are judged."""
+
+    address_nodes: dict[str, int] = field(default_factory=dict)
+    # per key type: sorted (ts, partition count, {partition: leader}) snapshots
+    leaders: dict[int, list[tuple[int, int, dict[int, int]]]] = field(default_factory=dict)
+
+    def node_of(self, conn: Conn) -> int | None:
+        if conn.node is not None:
+            return conn.node
+        found = self.address_nodes.get(conn.server)
+        if found is None and conn.advertised is not None:
+            found = self.address_nodes.get(conn.advertised)
+        return found
+
+    def leader_at(self, key_type: int, key: str, ts: int) -> tuple[int, int] | None:
+        """(partition, leader) of the key per the latest Metadata before ts."""
+        snapshots = self.leaders.get(key_type)
+        if not snapshots:
+            return None
+        index = bisect.bisect_right([s[0] for s in snapshots], ts) - 1
+        if index < 0:
+            return None
+        _ts, count, leaders = snapshots[index]
+        partition = partition_for(key, count)
+        leader = leaders.get(partition)
+        return None if leader is None or leader < 0 else (partition, leader)
+
+
+@dataclass
+class Verdict:
+    key: str
+    key_type: int
+    verdict: str
+    reasons: list[str]
+    checked: int
+    coordinator: int | None
+    errors: dict[str, int]
+    timeline: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "kind": "transactional_id" if self.key_type == TRANSACTION else "group",
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "checked": self.checked,
+            "coordinator": self.coordinator,
+            "errors": self.errors,
+            "timeline": self.timeline,
+        }
+
+
+ERROR_NAMES = {
+    NOT_COORDINATOR: "NOT_COORDINATOR",
+    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
+    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+}
+
+
+def _api(api_key: int) -> str:
+    return "".join(part.capitalize() for part in api_name(api_key).split("_"))
+
+
+def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict:
+    events = sorted(events, key=lambda e: (e.ts, e.kind != LOOKUP))
+    wrong: list[str] = []
+    notes: list[str] = []
+    errors = dict.fromkeys(ERROR_NAMES.values(), 0)
+    checked = unknown_broker = unlooked = 0
+    named: int | None = None
+    denied: dict[int, int] = {}  # node -> NOT_COORDINATOR answers since first denial
+    renamed: set[int] = set()  # denied nodes a lookup named again
+    last_error: int | None = None
+    timeline: list[dict[str, Any]] = []
+    start = events[0].ts if events else 0
+    for event in events:
+        if event.error in ERROR_NAMES:
+            errors[ERROR_NAMES[event.error]] += 1
+        if event.kind == LOOKUP:
+            timeline.append(_moment(event, start, event.node, "FindCoordinator"))
+            if event.error == 0 and event.node is not None and event.node >= 0:
+                named = event.node
+                if named in denied:
+                    renamed.add(named)
+            continue
+        if event.kind != CALL:
+            continue
+        node = facts.node_of(event.conn)
+        timeline.append(_moment(event, start, node, _api(event.api_key)))
+        if event.error is not None:
+            last_error = event.error
+        if node is None:
+            unknown_broker += 1
+        if named is None:
+            unlooked += 1
+        elif node is not None and node != named:
+            wrong.append(
+                f"{_api(event.api_key)} went to broker {node}, but FindCoordinator named broker "
+                f"{named}"
+            )
+        elif node is not None:
+            checked += 1
+        leader = facts.leader_at(key_type, key, event.ts)
+        if leader is not None and node is not None:
+            partition, leader_node = leader
+            topic = "__transaction_state" if key_type == TRANSACTION else "__consumer_offsets"
+            if leader_node != node:
+                wrong.append(
+                    f"{_api(event.api_key)} went to broker {node}, but broker {leader_node} "
+                    f"leads {topic} partition {partition}"
+                )
+            elif named is None:
+                checked += 1
+        if event.error == NOT_COORDINATOR and node is not None:
+            denied[node] = denied.get(node, 0) + 1
+            if node in renamed and denied[node] == PERSISTENT_DENIALS:
+                wrong.append(
+                    f"broker {node} answered NOT_COORDINATOR {denied[node]} times although "
+                    "FindCoordinator kept naming it: its address leads to another broker"
+                )
+    if last_error == NOT_COORDINATOR and not any("NOT_COORDINATOR" in w for w in wrong):
+        wrong.append("its last answer was NOT_COORDINATOR: it never reached its coordinator")
+    wrong.extend(_membership_problems(events))
+    if errors["NOT_COORDINATOR"] and not wrong:
+        notes.append(f"{errors['NOT_COORDINATOR']} NOT_COORDINATOR answer(s), then recovered")
+    if unlooked and not checked:
+        notes.append("no FindCoordinator answer for it was recorded before its requests")
+    if unknown_broker:
+        notes.append(f"{unknown_broker} request(s) on connections to brokers the recording "
+                     "does not identify")  # fmt: skip
+    if not any(e.kind == CALL for e in events):
+        notes.append("no coordinator-scoped request was recorded")
+    verdict = MISROUTED if wrong else (OK if checked else UNVERIFIED)
+    return Verdict(key, key_type, verdict, _unique(wrong) + notes, checked, named, errors,
+                   timeline)  # fmt: skip
+
+
+def _unique(items: list[str]) -> list[str]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return [item if n == 1 else f"{item} (x{n})" for item, n in counts.items()]
+
+
+def _moment(event: Event, start: int, node: int | None, what: str) -> dict[str, Any]:
+    detail = event.detail or {}
+    return {
+        "t_ms": round((event.ts - start) / 1e6, 3),
+        "api": what,
+        "broker": node,
+        "error": None if event.error is None else ERROR_NAMES.get(event.error, event.error),
+        "member": detail.get("member"),
+        "generation": detail.get("generation"),
+    }
+
+
+def _membership_problems(events: list[Event]) -> list[str]:
+    """Within a generation: each partition to one member; a chosen protocol all offered."""
+    problems: list[str] = []
+    chosen: dict[int, str] = {}
+    offered: dict[int, dict[str, list[str]]] = {}
+    owners: dict[int, dict[tuple[str, int], set[str]]] = {}
+    for event in events:
+        detail = event.detail
+        if event.kind != CALL or not detail or event.error not in (0, None):
+            continue
+        generation = detail.get("generation")
+        if not isinstance(generation, int) or generation < 0:
+            continue
+        if event.api_key == JOIN_GROUP and event.error == 0:
+            if detail.get("chosen"):
+                chosen[generation] = detail["chosen"]
+            offered.setdefault(generation, {})[detail["member"]] = detail["offered"]
+        elif event.api_key == SYNC_GROUP:
+            given = dict(detail.get("assignments") or {})
+            if event.error == 0 and detail.get("assignment") is not None:
+                given[detail["member"]] = detail["assignment"]
+            for member, partitions in given.items():
+                for topic, partition in partitions or []:
+                    owners.setdefault(generation, {}).setdefault((topic, partition), set()).add(
+                        member
+                    )
+    for generation, protocol in sorted(chosen.items()):
+        for member, names in sorted(offered.get(generation, {}).items()):
+            if protocol not in names:
+                problems.append(
+                    f"generation {generation} chose protocol {protocol!r}, which member "
+                    f"{member} did not offer ({', '.join(names)})"
+                )
+    for generation, partitions in sorted(owners.items()):
+        for (topic, partition), members in sorted(partitions.items()):
+            if len(members) > 1:
+                problems.append(
+                    f"generation {generation} assigned {topic}-{partition} to "
+                    f"{len(members)} members ({', '.join(sorted(members))})"
+                )
+    return problems
