@@ -116,9 +116,22 @@ def up(
         None, "--selector", "-l", help="--via kubectl: a label selector for the broker pods."
     ),
     kafka_port: int = typer.Option(9092, help="--via kubectl without --bootstrap: the port."),
+    record: str | None = typer.Option(
+        None, help="Record the traffic as pcapng files in this directory (see `verify`)."
+    ),
+    record_rotate: str = typer.Option("64MiB", help="Start a new recording file past this size."),
+    record_payloads: bool = typer.Option(
+        False, help="Keep Produce/Fetch record data in recordings (cut by default)."
+    ),
 ) -> None:
     """Open the tunnel and keep it open until Ctrl-C."""
-    from kafkatunnel.cli_tunnel import DnsOptions, KubeOptions, build_forwarder, run_up
+    from kafkatunnel.cli_tunnel import (
+        DnsOptions,
+        KubeOptions,
+        RecordOptions,
+        build_forwarder,
+        run_up,
+    )
 
     kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
     forwarder = build_forwarder(via, exec_template, mapping, kube)
@@ -128,9 +141,10 @@ def up(
             "is required with --via exec and --via direct", param_hint="--bootstrap"
         )
     dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address)
+    record_options = RecordOptions.parse(record, record_rotate, record_payloads)
     run_up(
         console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
-        mode, dns_options, broker,
+        mode, dns_options, broker, record_options,
     )  # fmt: skip
 
 
@@ -174,6 +188,30 @@ def dns_teardown_command(
     steps = teardown(dry_run=dry_run)
     for step in steps or ["nothing to undo"]:
         console.print(("would " if dry_run else "") + step)
+
+
+@app.command()
+def verify(
+    paths: list[str] = typer.Argument(
+        None, help="Recordings: pcap/pcapng files, directories, or Hadoop URIs (hdfs://...)."
+    ),
+    master: str = typer.Option("local[*]", help="Spark master URL (spark://host:7077, ...)."),
+    json_file: str | None = typer.Option(
+        None, "--json", help="Write the report as JSON to this file (- for stdout)."
+    ),
+    html_file: str | None = typer.Option(None, "--html", help="Write a one-file HTML report."),
+    in_process: bool = typer.Option(False, help="Run without Spark (small recordings)."),
+    replay_against: str | None = typer.Option(
+        None, help="A running tunnel's HOST:PORT: re-issue read-only look-ups for every group."
+    ),
+) -> None:
+    """Did every consumer group and transactional id talk to its coordinator? Exit 0 only
+    when nothing is misrouted or leaked."""
+    from kafkatunnel.cli_verify import run_verify
+
+    raise typer.Exit(
+        run_verify(console, paths or [], master, json_file, html_file, in_process, replay_against)
+    )
 
 
 @app.command()

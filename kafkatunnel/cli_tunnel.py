@@ -9,12 +9,14 @@ import signal
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.live import Live
 
+from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
 from kafkatunnel.dns.resolver import METHODS
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
@@ -118,6 +120,33 @@ class DnsOptions:
     first_address: str = "127.0.0.2"
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
+              "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}  # fmt: skip
+
+
+def parse_size(text: str, flag: str) -> int:
+    number = text.strip().rstrip("bBiIkKmMgG")
+    unit = text.strip()[len(number) :].lower()
+    if not number.isdigit() or unit not in SIZE_UNITS or int(number) == 0:
+        raise typer.BadParameter(f"{text!r}: expected a size like 64MiB or 500MB", param_hint=flag)
+    return int(number) * SIZE_UNITS[unit]
+
+
+@dataclass
+class RecordOptions:
+    directory: Path
+    rotate_bytes: int = DEFAULT_ROTATE_BYTES
+    payloads: bool = False
+
+    @classmethod
+    def parse(cls, directory: str | None, rotate: str, payloads: bool) -> RecordOptions | None:
+        if directory is None:
+            if payloads:
+                raise typer.BadParameter("goes with --record DIR", param_hint="--record-payloads")
+            return None
+        return cls(Path(directory), parse_size(rotate, "--record-rotate"), payloads)
+
+
 def run_up(
     console: Console,
     bootstrap: str,
@@ -130,6 +159,7 @@ def run_up(
     mode: str = "rewrite",
     dns: DnsOptions | None = None,
     brokers: list[str] | None = None,
+    record: RecordOptions | None = None,
 ) -> None:
     try:
         split_address(bootstrap)
@@ -168,6 +198,9 @@ def run_up(
             dns_listen=parse_listen(dns.listen) if dns.enabled else None,
             first_dns_address=dns.first_address,
             brokers=list(brokers or []),
+            record_dir=record.directory if record else None,
+            record_rotate_bytes=record.rotate_bytes if record else DEFAULT_ROTATE_BYTES,
+            record_payloads=record.payloads if record else False,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--mode") from None
@@ -207,6 +240,8 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
         loop.add_signal_handler(signum, stop.set)
     await tunnel.start()
     print(f"bootstrap.servers={tunnel.bootstrap_servers}", flush=True)
+    if tunnel.recorder is not None:
+        print(f"recording to {tunnel.recorder.directory}", flush=True)
     configured = False
     try:
         if tunnel.dns is not None and dns.setup != "none":

@@ -18,6 +18,7 @@ from kafkatunnel.protocol.framing import FrameDecoder, frame
 from kafkatunnel.protocol.headers import response_body_offset
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
+OFFSET_FETCH, DESCRIBE_TRANSACTIONS = 9, 65
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 Connect = Callable[[str, int, float], socket.socket]
@@ -139,6 +140,27 @@ class ProbeConnection:
             if entry.name == topic:
                 return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
         return {}
+
+    def offset_fetch_error(self, group: str) -> int:
+        """The error of a read-only OffsetFetch of all of a group's offsets (v2 to v7)."""
+        low, high = self.api_versions().get(OFFSET_FETCH, (0, -1))
+        version = max(low, min(high, 7))
+        if version < 2:
+            raise ConnectionError("this broker's OffsetFetch cannot ask for all topics")
+        request_type: Any = load_request_schema(OFFSET_FETCH, version)
+        fields: dict[str, Any] = {"group_id": group, "topics": None}
+        if version >= 7:
+            fields["require_stable"] = False
+        return int(self.request(request_type(**fields)).error_code)
+
+    def describe_transaction_error(self, transactional_id: str) -> int | None:
+        """The error of DescribeTransactions for one id; None if the broker lacks the API."""
+        low, high = self.api_versions().get(DESCRIBE_TRANSACTIONS, (0, -1))
+        if high < low:
+            return None
+        request_type: Any = load_request_schema(DESCRIBE_TRANSACTIONS, low)
+        response = self.request(request_type(transactional_ids=(transactional_id,)))
+        return int(response.transaction_states[0].error_code)
 
     def find_coordinator(self, key: str, transactional: bool = False) -> Coordinator:
         low, high = self.api_versions().get(FIND_COORDINATOR, (0, 0))

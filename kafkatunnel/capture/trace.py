@@ -34,11 +34,13 @@ class ConnectionTrace:
         self.payloads = payloads
         self._requests = FrameDecoder(max_frame_size)
         self._responses = FrameDecoder(max_frame_size)
-        self._pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
+        # correlation id -> (api key, version); None: a request this trace did not keep
+        self._pending: dict[int, tuple[int, int] | None] = {}
         self._client_seq = CLIENT_ISN + 1
         self._server_seq = SERVER_ISN + 1
         self.broken: str | None = None  # why this trace stopped following the stream
         self.frames = 0
+        self.skipped = 0  # frames not written: unknown requests and their answers
 
     def opened(self) -> list[bytes]:
         """The handshake, so a reader sees the connection from its start."""
@@ -54,6 +56,13 @@ class ConnectionTrace:
         for whole in frames:
             try:
                 header = parse_request_header(whole)
+                if header.body_offset is None:
+                    # Not a request this tunnel knows: perhaps a raw SASL token (SaslHandshake
+                    # v0 is followed by unframed tokens, a PLAIN password among them). Its
+                    # bytes may be anything, so neither it nor its answer is written.
+                    self._pending[header.correlation_id] = None
+                    self.skipped += 1
+                    continue
                 if expects_response(whole, header):
                     self._pending[header.correlation_id] = (header.api_key, header.api_version)
                 kept = redact_request(whole, header, self.payloads)
@@ -68,12 +77,16 @@ class ConnectionTrace:
         out: list[bytes] = []
         for whole in frames:
             correlation = int.from_bytes(whole[4:8], "big", signed=True)
-            api = self._pending.pop(correlation, None)
-            if api is None:
+            if correlation not in self._pending:
                 # An answer to no request seen: keep its correlation id only (fail closed).
                 kept = (4).to_bytes(4, "big") + whole[4:8]
-            else:
-                kept = redact_response(whole, api[0], api[1], self.payloads)
+                out.extend(self._segments(kept, to_server=False))
+                continue
+            api = self._pending.pop(correlation)
+            if api is None:
+                self.skipped += 1
+                continue
+            kept = redact_response(whole, api[0], api[1], self.payloads)
             out.extend(self._segments(kept, to_server=False))
         return out
 

@@ -262,6 +262,13 @@ def spark_session(master: str = "local[*]") -> SparkSession:
     and kio packages are shipped to them, so nothing needs installing there."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    logging_config = Path(__file__).with_name("log4j2.properties").as_uri()
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS",
+        f'--driver-java-options "-Dlog4j2.configurationFile={logging_config}" pyspark-shell',
+    )
+    if master.startswith(("local", "spark://127.", "spark://localhost")):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback
     from pyspark.sql import SparkSession
 
     builder = (

@@ -1,0 +1,54 @@
+"""`verify --replay-against`: re-issue read-only look-ups for every group and transactional
+id in the recordings through a live tunnel, as Spark tasks. Nothing is ever written: a
+FindCoordinator, then an OffsetFetch of the group (DescribeTransactions for a transactional
+id, when the broker has it) sent to the coordinator it named."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkatunnel.probe import ProbeConnection, find_coordinator
+from kafkatunnel.verify.events import COORDINATOR_ERRORS, TRANSACTION
+from kafkatunnel.verify.judge import ERROR_NAMES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -> dict[str, Any]:
+    transactional = key_type == TRANSACTION
+    result: dict[str, Any] = {
+        "key": key,
+        "kind": "transactional_id" if transactional else "group",
+        "ok": False,
+    }
+    try:
+        found = find_coordinator(bootstrap, key, transactional=transactional, timeout=timeout)
+        result.update(coordinator=found.node_id, address=found.address)
+        if found.error_code:
+            result["error"] = ERROR_NAMES.get(found.error_code, found.error_code)
+            return result
+        with ProbeConnection(found.address, timeout) as connection:
+            if transactional:
+                error = connection.describe_transaction_error(key)
+                result["checked_with"] = "DescribeTransactions" if error is not None else None
+            else:
+                error = connection.offset_fetch_error(key)
+                result["checked_with"] = "OffsetFetch"
+    except (OSError, ValueError) as failure:
+        result["error"] = f"{type(failure).__name__}: {failure}"
+        return result
+    if error is not None and error in COORDINATOR_ERRORS:
+        result["error"] = ERROR_NAMES[error]
+        return result
+    result["ok"] = True
+    return result
+
+
+def replay(
+    keys: list[tuple[str, int]], bootstrap: str, spark: SparkSession | None
+) -> list[dict[str, Any]]:
+    if spark is None:
+        return [replay_key(bootstrap, key, key_type) for key, key_type in keys]
+    tasks = spark.sparkContext.parallelize(keys, max(1, min(len(keys), 64)))
+    return tasks.map(lambda item: replay_key(bootstrap, item[0], item[1])).collect()

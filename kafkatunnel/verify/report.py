@@ -1,0 +1,142 @@
+"""A verify report three ways: a terminal table, JSON, and one self-contained HTML page
+with a timeline per group (joins, syncs, commits, errors)."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from rich.table import Table
+
+from kafkatunnel.verify.job import Report
+
+STYLE = {"ok": "green", "misrouted": "bold red", "unverified": "yellow"}
+
+
+def table(report: Report) -> Table:
+    title = f"{report.files} file(s), {report.frames} frames, {report.calls} calls" + (
+        "" if report.tunnel_recording else " (plain capture: no leak check)"
+    )
+    out = Table(title=title, title_justify="left")
+    out.add_column("group / txn id", no_wrap=True)
+    for column in ("verdict", "checked", "coordinator", "NOT_COORDINATOR"):
+        out.add_column(column, no_wrap=True)
+    out.add_column("reasons")
+    for verdict in sorted(report.verdicts, key=lambda v: (v.key_type, v.key)):
+        kind = " (txn)" if verdict.key_type else ""
+        out.add_row(
+            verdict.key + kind,
+            f"[{STYLE[verdict.verdict]}]{verdict.verdict}[/]",
+            str(verdict.checked),
+            "-" if verdict.coordinator is None else str(verdict.coordinator),
+            str(verdict.errors["NOT_COORDINATOR"]),
+            "; ".join(verdict.reasons),
+        )
+    return out
+
+
+def summary_lines(report: Report) -> list[str]:
+    counts: dict[str, int] = {}
+    for verdict in report.verdicts:
+        counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
+    lines = [", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no groups recorded"]
+    for leak in report.leaks:
+        lines.append(
+            f"leak: {leak['api']} answers named {leak['address']} ({leak['times']} times), "
+            "which is not a tunnel address"
+        )
+    lines.extend(f"problem: {p}" for p in report.problems[:10])
+    if len(report.problems) > 10:
+        lines.append(f"... and {len(report.problems) - 10} more problems (see --json)")
+    lines.append("verify: ok" if report.ok else "verify: FAILED")
+    return lines
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.as_dict(), indent=2)
+
+
+COLOURS = {"ok": "#1a7f37", "misrouted": "#cf222e", "unverified": "#9a6700"}
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#1f2328}
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #d0d7de;padding:2px 8px;
+text-align:left;vertical-align:top}.badge{color:#fff;border-radius:4px;padding:1px 6px}
+svg{background:#f6f8fa;border:1px solid #d0d7de}.err{color:#cf222e}
+"""
+
+
+def _timeline_svg(moments: list[dict[str, Any]]) -> str:
+    if not moments:
+        return ""
+    width, height = 900, 40
+    end = max(m["t_ms"] for m in moments) or 1.0
+    marks = []
+    for moment in moments:
+        x = 10 + (width - 20) * moment["t_ms"] / end
+        colour = "#cf222e" if moment["error"] not in (None, 0) else "#0969da"
+        if moment["api"] == "FindCoordinator":
+            colour = "#8250df"
+        label = html.escape(f"{moment['t_ms']} ms {moment['api']} -> broker {moment['broker']}"
+                            f" {moment['error'] or ''}")  # fmt: skip
+        marks.append(
+            f'<circle cx="{x:.1f}" cy="20" r="4" fill="{colour}"><title>{label}</title></circle>'
+        )
+    return (
+        f'<svg width="{width}" height="{height}" role="img">'
+        + "".join(marks)
+        + f'<text x="10" y="38" font-size="10">0 ms</text><text x="{width - 60}" y="38" '
+        f'font-size="10">{end:.0f} ms</text></svg>'
+    )
+
+
+def to_html(report: Report) -> str:
+    data = report.as_dict()
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>kafkatunnel verify</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>kafkatunnel verify: {'ok' if report.ok else 'FAILED'}</h1>",
+        f"<p>{data['files']} file(s), {data['frames']} frames, {data['calls']} calls.</p>",
+        "<table><tr><th>group / transactional id</th><th>verdict</th><th>checked</th>"
+        "<th>coordinator</th><th>NOT_COORDINATOR</th><th>reasons</th></tr>",
+    ]
+    for group in data["groups"]:
+        colour = COLOURS[group["verdict"]]
+        parts.append(
+            f"<tr><td><a href='#g-{html.escape(group['key'])}'>{html.escape(group['key'])}</a>"
+            f"</td><td><span class='badge' style='background:{colour}'>{group['verdict']}"
+            f"</span></td><td>{group['checked']}</td><td>{group['coordinator']}</td>"
+            f"<td>{group['errors']['NOT_COORDINATOR']}</td>"
+            f"<td>{'<br>'.join(html.escape(r) for r in group['reasons'])}</td></tr>"
+        )
+    parts.append("</table>")
+    if data["leaks"]:
+        parts.append("<h2 class='err'>Leaked addresses</h2><ul>")
+        parts.extend(
+            f"<li>{html.escape(leak['api'])} named {html.escape(leak['address'])} "
+            f"({leak['times']} times)</li>"
+            for leak in data["leaks"]
+        )
+        parts.append("</ul>")
+    for group in data["groups"]:
+        parts.append(f"<h2 id='g-{html.escape(group['key'])}'>{html.escape(group['key'])}</h2>")
+        parts.append(_timeline_svg(group["timeline"]))
+        parts.append("<table><tr><th>t (ms)</th><th>request</th><th>broker</th><th>error</th>"
+                     "<th>member</th><th>generation</th></tr>")  # fmt: skip
+        for moment in group["timeline"]:
+            error = moment["error"]
+            parts.append(
+                f"<tr><td>{moment['t_ms']}</td><td>{html.escape(moment['api'])}</td>"
+                f"<td>{moment['broker']}</td>"
+                f"<td class='err'>{html.escape(str(error)) if error not in (None, 0) else ''}"
+                f"</td><td>{html.escape(str(moment['member'] or ''))}</td>"
+                f"<td>{'' if moment['generation'] is None else moment['generation']}</td></tr>"
+            )
+        parts.append("</table>")
+    if data["problems"]:
+        parts.append("<h2>Problems reading the recordings</h2><ul>")
+        parts.extend(f"<li>{html.escape(p)}</li>" for p in data["problems"])
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
