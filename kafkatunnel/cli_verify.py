@@ -69,7 +69,7 @@ def run_verify(
     report: Report = verify_local(files) if spark is None else verify_spark(files, spark)
     console.print(table(report))
     for line in summary_lines(report):
-        console.print(line, style="green" if line == "verify: ok" else None)
+        console.print(line, style="green" if line == "verify: ok" else None, soft_wrap=True)
     failed = not report.ok
     if replay_against:
         keys = sorted({(v.key, v.key_type) for v in report.verdicts})

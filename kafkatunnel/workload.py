@@ -97,6 +97,21 @@ def produce(
     return delivered
 
 
+def produce_transaction(
+    bootstrap: str, topic: str, transactional_id: str, count: int, timeout: float = 30.0
+) -> None:
+    """One committed transaction of `count` messages `<transactional_id>-0`..."""
+    logger, _ = _logger(f"producer-{transactional_id}")
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "logger": logger}
+    )
+    producer.init_transactions(timeout)
+    producer.begin_transaction()
+    for index in range(count):
+        producer.produce(topic, f"{transactional_id}-{index}".encode())
+    producer.commit_transaction(timeout)
+
+
 def consume_group(
     bootstrap: str,
     group: str,

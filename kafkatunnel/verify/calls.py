@@ -67,6 +67,7 @@ class FileSummary:
     frames: int = 0
     calls: int = 0
     tunnel: bool = False
+    unreadable: bool = False  # not a capture at all
     listeners: list[dict[str, object]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -162,8 +163,10 @@ class _Flow:
 class FileDecoder:
     """Reads one capture file into calls, dangling requests and orphan responses."""
 
-    def __init__(self, source: str, data: bytes | memoryview) -> None:
+    def __init__(self, source: str, data: bytes | memoryview, log_frames: bool = False) -> None:
         self.source = source
+        # (api key, correlation id, is a request) per frame, in order, when asked
+        self.frame_log: list[tuple[int, int, bool]] | None = [] if log_frames else None
         self.capture = Capture(data)
         self.summary = FileSummary(source)
         self.calls: list[Call] = []
@@ -247,6 +250,8 @@ class FileDecoder:
         except ProtocolError as error:
             flow.requests.broken = f"a request could not be read: {error}"
             return
+        if self.frame_log is not None:
+            self.frame_log.append((header.api_key, header.correlation_id, True))
         kept = whole if header.api_key in KEPT_APIS else None
         call = Call(flow.conn, header.api_key, header.api_version, header.correlation_id, ts, kept)
         if wanted:  # acks=0 Produce requests are answered by nothing and verify nothing
@@ -258,6 +263,8 @@ class FileDecoder:
             return
         correlation = int.from_bytes(whole[4:8], "big", signed=True)
         call = flow.pending.pop(correlation, None)
+        if self.frame_log is not None:
+            self.frame_log.append((-1 if call is None else call.api_key, correlation, False))
         if call is None:
             self.orphans.append(Orphan(flow.conn, correlation, ts, whole))
             return

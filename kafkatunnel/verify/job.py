@@ -70,7 +70,7 @@ def decode_file(source: str, data: bytes | memoryview) -> FileResult:
     try:
         decoder = FileDecoder(source, data).run()
     except CaptureFormatError as error:
-        return FileResult(FileSummary(source, problems=[f"{source}: {error}"]))
+        return FileResult(FileSummary(source, unreadable=True, problems=[f"{source}: {error}"]))
     result = FileResult(decoder.summary)
     whole: list[Call] = []
     for call in decoder.calls:
@@ -130,10 +130,12 @@ class Report:
     calls: int
     tunnel_recording: bool
     problems: list[str]
+    unreadable: int = 0  # files that are not captures at all
 
     @property
     def ok(self) -> bool:
-        return not self.leaks and not any(v.verdict == MISROUTED for v in self.verdicts)
+        misrouted = any(v.verdict == MISROUTED for v in self.verdicts)
+        return not self.leaks and not misrouted and not self.unreadable
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +144,7 @@ class Report:
             "frames": self.frames,
             "calls": self.calls,
             "tunnel_recording": self.tunnel_recording,
+            "unreadable": self.unreadable,
             "groups": [v.as_dict() for v in sorted(self.verdicts, key=_order)],
             "leaks": self.leaks,
             "problems": self.problems,
@@ -181,6 +184,7 @@ def _report(
         calls=calls,
         tunnel_recording=any(s.tunnel for s in real),
         problems=problems,
+        unreadable=sum(s.unreadable for s in real),
     )
 
 

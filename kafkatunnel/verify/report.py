@@ -49,6 +49,8 @@ def summary_lines(report: Report) -> list[str]:
     lines.extend(f"problem: {p}" for p in report.problems[:10])
     if len(report.problems) > 10:
         lines.append(f"... and {len(report.problems) - 10} more problems (see --json)")
+    if report.unreadable:
+        lines.append(f"{report.unreadable} file(s) could not be read as captures")
     lines.append("verify: ok" if report.ok else "verify: FAILED")
     return lines
 

@@ -1,0 +1,98 @@
+"""Verifying the recordings committed under tests/data: a routed session (tunnel, rotated
+into five files) verifies ok; the single-forward capture (dumpcap, no tunnel) fails, naming
+the groups and their NOT_COORDINATOR counts. Spark and the in-process pass agree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kafkatunnel.verify.calls import FileDecoder
+from kafkatunnel.verify.job import Report, verify_local, verify_spark
+from kafkatunnel.verify.judge import MISROUTED, OK
+from tests.verify.conftest import ROUTED, SINGLE_FORWARD
+
+
+def _by_kind(report: Report, key_type: int) -> dict[str, Any]:
+    return {v.key: v for v in report.verdicts if v.key_type == key_type}
+
+
+def test_the_routed_session_verifies_ok() -> None:
+    report = verify_local([str(ROUTED)])
+    assert report.ok and report.leaks == [] and report.problems == []
+    assert report.files == 5 and report.tunnel_recording
+    groups = _by_kind(report, 0)
+    assert len(groups) == 6 and all(v.verdict == OK for v in groups.values())
+    assert {v.coordinator for v in groups.values()} == {1, 2, 3}
+    assert all(v.errors["NOT_COORDINATOR"] == 0 and v.checked >= 3 for v in groups.values())
+    transactions = [v for v in _by_kind(report, 1).values() if v.verdict == OK]
+    assert {v.coordinator for v in transactions} == {1, 2, 3}
+
+
+def test_calls_split_by_rotation_are_joined_across_files() -> None:
+    files = sorted(ROUTED.iterdir())
+    alone = sum(len([c for c in FileDecoder(str(f), f.read_bytes()).run().calls
+                     if c.response_ts is not None]) for f in files)  # fmt: skip
+    assert verify_local([str(ROUTED)]).calls > alone
+
+
+def test_the_single_forward_capture_fails_naming_each_misrouted_group() -> None:
+    report = verify_local([str(SINGLE_FORWARD)])
+    assert not report.ok and not report.tunnel_recording
+    groups = _by_kind(report, 0)
+    misrouted = {k: v for k, v in groups.items() if v.verdict == MISROUTED}
+    fine = {k: v for k, v in groups.items() if v.verdict == OK}
+    assert len(misrouted) == 4 and len(fine) == 2
+    (forwarded,) = {v.coordinator for v in fine.values()}  # the one broker forwarded to
+    for verdict in misrouted.values():
+        assert verdict.coordinator != forwarded
+        assert verdict.errors["NOT_COORDINATOR"] >= 1
+        assert any("NOT_COORDINATOR" in reason for reason in verdict.reasons)
+
+
+def test_spark_and_the_single_process_pass_give_the_same_verdicts(spark: Any) -> None:
+    for path in (ROUTED, SINGLE_FORWARD):
+        local, distributed = verify_local([str(path)]), verify_spark([str(path)], spark)
+        assert distributed.as_dict() == local.as_dict() | {
+            "groups": distributed.as_dict()["groups"]
+        }
+        assert sorted(
+            (v.key, v.verdict, v.checked, v.coordinator) for v in distributed.verdicts
+        ) == (sorted((v.key, v.verdict, v.checked, v.coordinator) for v in local.verdicts))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_cli_exit_codes_and_reports(tmp_path: Path) -> None:
+    ok = _cli("--in-process", str(ROUTED), "--json", str(tmp_path / "ok.json"),
+              "--html", str(tmp_path / "ok.html"))  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "verify: ok" in ok.stdout
+    assert json.loads((tmp_path / "ok.json").read_text())["ok"] is True
+    page = (tmp_path / "ok.html").read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "JoinGroup" in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+    failed = _cli("--in-process", str(SINGLE_FORWARD), "--json", "-")
+    assert failed.returncode == 1
+    assert "verify: FAILED" in failed.stdout
+    assert "misrouted" in failed.stdout
+
+
+def test_cli_names_the_problem_with_bad_paths(tmp_path: Path) -> None:
+    missing = _cli("--in-process", str(tmp_path / "nothing-here"))
+    assert missing.returncode == 2 and "no recording at" in missing.stderr
+    (tmp_path / "notes.txt").write_text("hello")
+    empty = _cli("--in-process", str(tmp_path))
+    assert empty.returncode == 2 and "no .pcap or .pcapng files" in empty.stderr
+    (tmp_path / "junk.pcap").write_bytes(b"GET / HTTP/1.1\r\n\r\n")
+    junk = _cli("--in-process", str(tmp_path / "junk.pcap"))
+    assert junk.returncode == 1 and "not a pcap or pcapng file" in junk.stdout
+    assert "1 file(s) could not be read as captures" in junk.stdout
