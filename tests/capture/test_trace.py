@@ -1,0 +1,104 @@
+"""A connection's trace as written by the recorder, read back by our reader and by tshark:
+consistent TCP (no gaps or retransmissions in tshark's analysis), whole frames, rotation,
+and nothing kept of requests the tunnel cannot read."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from kafkatunnel.capture.recorder import Listener, Recorder
+from kafkatunnel.verify.calls import FileDecoder
+from tests.kio_messages import encode, request_frame, response_frame
+
+LISTENER = Listener(2, "kafka-1.kafka-headless.shop.svc.cluster.local:9092", "127.0.0.1:19094")
+CLIENT, SERVER = ("127.0.0.1", 40001), ("127.0.0.1", 19094)
+
+
+def _lookup(correlation: int) -> tuple[bytes, bytes]:
+    """FindCoordinator v3: a version the tshark of Debian 12 decodes."""
+    request = request_frame(FindCoordinatorRequest(key="g", key_type=0), correlation)  # type: ignore[arg-type]
+    answer = FindCoordinatorResponse(
+        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message=None,
+        node_id=2, host="127.0.0.1", port=19094,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return request, response_frame(10, 3, encode(answer), correlation)
+
+
+def _big_produce(correlation: int, size: int) -> bytes:
+    data = PartitionProduceData(index=0, records=b"r" * size)  # type: ignore[arg-type]
+    request = ProduceRequest(
+        transactional_id=None, acks=1, timeout=timedelta(seconds=1),  # type: ignore[arg-type]
+        topic_data=(TopicProduceData(name="t", partition_data=(data,)),),  # type: ignore[arg-type]
+    )  # fmt: skip
+    return request_frame(request, correlation)
+
+
+def _record(tmp_path: Path, rotate: int = 1 << 30, payloads: bool = False) -> Recorder:
+    recorder = Recorder(tmp_path, rotate_bytes=rotate, payloads=payloads)
+    recording = recorder.connection(LISTENER, CLIENT, SERVER)
+    for correlation in range(1, 6):
+        request, response = _lookup(correlation)
+        recording.from_client([request[:7], memoryview(request)[7:]])  # any chunking
+        recording.to_client([response])
+    recording.from_client([_big_produce(6, 200_000)])
+    raw_token = (21).to_bytes(4, "big") + b"\x00alice\x00s3cr3t-pass!"
+    recording.from_client([raw_token])
+    recording.closed()
+    recorder.close()
+    return recorder
+
+
+def test_the_trace_reads_back_as_the_calls_that_passed(tmp_path: Path) -> None:
+    recorder = _record(tmp_path, payloads=True)
+    (path,) = recorder.files
+    decoder = FileDecoder(str(path), path.read_bytes(), log_frames=True).run()
+    assert decoder.frame_log == [
+        *[(10, c, r) for c in range(1, 6) for r in (True, False)],
+        (0, 6, True),  # 200 kB in four segments, reassembled
+    ]
+    answered = [c for c in decoder.calls if c.response_ts is not None]
+    assert [c.correlation_id for c in answered] == [1, 2, 3, 4, 5]
+    assert {c.conn.node for c in decoder.calls} == {2}
+    assert decoder.summary.problems == []
+    data = path.read_bytes()
+    assert b"s3cr3t-pass" not in data and b"alice" not in data  # an unreadable request
+    assert data.count(b"r" * 60_000) == 3  # payloads were asked for: kept, 65,000 a segment
+
+
+def test_record_data_is_cut_unless_asked(tmp_path: Path) -> None:
+    (path,) = _record(tmp_path).files
+    assert b"r" * 1000 not in path.read_bytes()
+
+
+def test_rotation_starts_files_that_stand_alone(tmp_path: Path) -> None:
+    recorder = _record(tmp_path, rotate=600)
+    assert len(recorder.files) > 3
+    for path in recorder.files:
+        decoder = FileDecoder(str(path), path.read_bytes()).run()
+        assert decoder.summary.listeners[0]["node_id"] == 2  # every file names its brokers
+        assert decoder.summary.problems == []
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+def test_tshark_sees_consistent_tcp_and_kafka(tmp_path: Path) -> None:
+    (path,) = _record(tmp_path).files
+    problems = subprocess.run(
+        ["tshark", "-r", str(path), "-Y", "tcp.analysis.flags && !tcp.analysis.window_update"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert problems == ""
+    info = subprocess.run(
+        ["tshark", "-r", str(path), "-d", "tcp.port==19094,kafka", "-Y", "kafka",
+         "-T", "fields", "-e", "kafka.api_key"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert info == ["10"] * 10 + ["0"]  # requests and answers, all matched

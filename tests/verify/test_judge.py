@@ -1,0 +1,119 @@
+"""Each rule of the verdict, on events built by hand (the decoding is tested on real
+recordings elsewhere): what makes a group ok, misrouted or unverified."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafkatunnel.protocol.coordinator import partition_for
+from kafkatunnel.verify.calls import Conn
+from kafkatunnel.verify.events import CALL, LOOKUP, Event
+from kafkatunnel.verify.judge import MISROUTED, OK, UNVERIFIED, Facts, judge
+
+JOIN, SYNC, HEARTBEAT, COMMIT = 11, 14, 12, 8
+
+
+def conn(node: int | None, server: str = "127.0.0.1:1") -> Conn:
+    return Conn(f"c{node}{server}", "127.0.0.1:5", server, node, tunnel=True)
+
+
+def lookup(ts: int, node: int, error: int = 0) -> Event:
+    return Event(LOOKUP, ts, conn(None), 10, "g", 0, error, node, f"127.0.0.1:{node}")
+
+
+def call(ts: int, node: int | None, api: int = HEARTBEAT, error: int | None = 0,
+         detail: dict[str, Any] | None = None) -> Event:  # fmt: skip
+    return Event(CALL, ts, conn(node), api, "g", 0, error, detail=detail)
+
+
+def test_requests_to_the_named_coordinator_are_ok() -> None:
+    verdict = judge("g", 0, [lookup(1, 2), call(2, 2, JOIN), call(3, 2, SYNC)], Facts())
+    assert (verdict.verdict, verdict.checked, verdict.coordinator) == (OK, 2, 2)
+
+
+def test_a_request_to_another_broker_is_misrouted() -> None:
+    verdict = judge("g", 0, [lookup(1, 2), call(2, 2), call(3, 1, COMMIT)], Facts())
+    assert verdict.verdict == MISROUTED
+    assert verdict.reasons == ["OffsetCommit went to broker 1, but FindCoordinator named broker 2"]
+
+
+def test_the_latest_lookup_counts_after_a_coordinator_moves() -> None:
+    events = [lookup(1, 2), call(2, 2), call(3, 2, error=16), lookup(4, 3), call(5, 3)]
+    verdict = judge("g", 0, events, Facts())
+    assert verdict.verdict == OK and verdict.errors["NOT_COORDINATOR"] == 1
+    assert verdict.reasons == ["1 NOT_COORDINATOR answer(s), then recovered"]
+
+
+def test_a_coordinator_that_keeps_denying_after_lookups_is_misrouted() -> None:
+    """The single port-forward: the address named for broker 2 leads to broker 1, which
+    answers NOT_COORDINATOR however often the client looks broker 2 up again."""
+    events = []
+    for round_ in range(3):
+        events += [lookup(10 * round_, 2), call(10 * round_ + 1, 2, JOIN, error=16)]
+    events += [lookup(40, 2), call(41, 2, HEARTBEAT, error=0)]  # even if one answer got through
+    verdict = judge("g", 0, events, Facts())
+    assert verdict.verdict == MISROUTED
+    assert (
+        "answered NOT_COORDINATOR 3 times although FindCoordinator kept naming it"
+        in (verdict.reasons[0])
+    )
+
+
+def test_a_last_answer_of_not_coordinator_is_misrouted() -> None:
+    verdict = judge("g", 0, [lookup(1, 2), call(2, 2, JOIN, error=16)], Facts())
+    assert verdict.verdict == MISROUTED and "never reached its coordinator" in verdict.reasons[0]
+
+
+def test_without_a_lookup_or_metadata_nothing_is_verified() -> None:
+    verdict = judge("g", 0, [call(2, 2)], Facts())
+    assert verdict.verdict == UNVERIFIED
+    assert verdict.reasons == ["no FindCoordinator answer for it was recorded before its requests"]
+    only_lookups = judge("g", 0, [lookup(1, 2)], Facts())
+    assert only_lookups.verdict == UNVERIFIED
+    unknown = judge("g", 0, [lookup(1, 2), call(2, None)], Facts())
+    assert unknown.verdict == UNVERIFIED and "does not identify" in unknown.reasons[-1]
+
+
+def test_the_leader_of_the_groups_offsets_partition_decides_when_recorded() -> None:
+    partition = partition_for("g", 50)
+    facts = Facts(leaders={0: [(0, 50, {partition: 3})]})
+    assert judge("g", 0, [call(2, 3)], facts).verdict == OK  # no lookup, but the leader
+    wrong = judge("g", 0, [lookup(1, 2), call(2, 2)], facts)
+    assert wrong.verdict == MISROUTED
+    assert f"broker 3 leads __consumer_offsets partition {partition}" in wrong.reasons[0]
+
+
+def test_a_connection_without_a_node_is_identified_by_its_address() -> None:
+    facts = Facts(address_nodes={"10.0.0.7:9092": 2})
+    event = Event(CALL, 2, conn(None, "10.0.0.7:9092"), HEARTBEAT, "g", 0, 0)
+    assert judge("g", 0, [lookup(1, 2), event], facts).verdict == OK
+
+
+def _join(ts: int, member: str, generation: int, offered: list[str], chosen: str) -> Event:
+    detail = {"member": member, "generation": generation, "offered": offered, "chosen": chosen}
+    return call(ts, 2, JOIN, detail=detail)
+
+
+def _sync(ts: int, member: str, generation: int, partitions: list[tuple[str, int]]) -> Event:
+    detail = {"member": member, "generation": generation, "assignments": {},
+              "assignment": partitions}  # fmt: skip
+    return call(ts, 2, SYNC, detail=detail)
+
+
+def test_a_partition_given_to_two_members_in_one_generation_fails() -> None:
+    events = [lookup(1, 2), _sync(2, "a", 5, [("t", 0), ("t", 1)]), _sync(3, "b", 5, [("t", 1)])]
+    verdict = judge("g", 0, events, Facts())
+    assert verdict.verdict == MISROUTED
+    assert verdict.reasons == ["generation 5 assigned t-1 to 2 members (a, b)"]
+    fine = [lookup(1, 2), _sync(2, "a", 5, [("t", 0)]), _sync(3, "b", 6, [("t", 0)])]
+    assert judge("g", 0, fine, Facts()).verdict == OK  # a new generation may move it
+
+
+def test_a_protocol_a_member_did_not_offer_fails() -> None:
+    events = [lookup(1, 2), _join(2, "a", 3, ["range", "roundrobin"], "roundrobin"),
+              _join(3, "b", 3, ["range"], "roundrobin")]  # fmt: skip
+    verdict = judge("g", 0, events, Facts())
+    assert verdict.verdict == MISROUTED
+    assert verdict.reasons == [
+        "generation 3 chose protocol 'roundrobin', which member b did not offer (range)"
+    ]
