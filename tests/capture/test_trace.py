@@ -27,9 +27,13 @@ def _lookup(correlation: int) -> tuple[bytes, bytes]:
     """FindCoordinator v3: a version the tshark of Debian 12 decodes."""
     request = request_frame(FindCoordinatorRequest(key="g", key_type=0), correlation)  # type: ignore[arg-type]
     answer = FindCoordinatorResponse(
-        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message=None,
-        node_id=2, host="127.0.0.1", port=19094,  # type: ignore[arg-type]
-    )  # fmt: skip
+        throttle_time=timedelta(0),  # type: ignore[arg-type]
+        error_code=ErrorCode.none,
+        error_message=None,
+        node_id=2,  # type: ignore[arg-type]
+        host="127.0.0.1",
+        port=19094,  # type: ignore[arg-type]
+    )
     return request, response_frame(10, 3, encode(answer), correlation)
 
 
