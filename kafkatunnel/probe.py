@@ -18,7 +18,7 @@ from kafkatunnel.protocol.framing import FrameDecoder, frame
 from kafkatunnel.protocol.headers import response_body_offset
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
-OFFSET_FETCH, DESCRIBE_TRANSACTIONS = 9, 65
+OFFSET_FETCH, HEARTBEAT, DESCRIBE_TRANSACTIONS = 9, 12, 65
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 Connect = Callable[[str, int, float], socket.socket]
@@ -151,6 +151,19 @@ class ProbeConnection:
         fields: dict[str, Any] = {"group_id": group, "topics": None}
         if version >= 7:
             fields["require_stable"] = False
+        return int(self.request(request_type(**fields)).error_code)
+
+    def heartbeat_error(self, group: str, member: str = "kafkatunnel-replay") -> int:
+        """The error of a Heartbeat as a member that cannot exist: it changes nothing, and
+        only the group's coordinator answers it with a membership error rather than
+        NOT_COORDINATOR (some brokers, the librdkafka mock among them, answer OffsetFetch
+        anywhere)."""
+        low, high = self.api_versions().get(HEARTBEAT, (0, -1))
+        version = max(low, min(high, 4))
+        request_type: Any = load_request_schema(HEARTBEAT, version)
+        fields: dict[str, Any] = {"group_id": group, "generation_id": -1, "member_id": member}
+        if version >= 3:
+            fields["group_instance_id"] = None
         return int(self.request(request_type(**fields)).error_code)
 
     def describe_transaction_error(self, transactional_id: str) -> int | None:

@@ -33,10 +33,11 @@ def main(out: Path) -> int:
             return 2
         work = spread_workload(cluster, f"sample-{uuid.uuid4().hex[:4]}")
         cluster.produce_inside(work.topic, work.messages, partition=0)
-        capture_single_forward(cluster, work, out / "single-forward.pcapng")
+        control = capture_single_forward(cluster, work, out / "single-forward.pcapng")
         results = record_routed_session(
-            cluster, work, out / "routed", already=work.messages, rotate_bytes=48 * 1024
-        )
+            cluster, work, out / "routed", already=work.messages, rotate_bytes=48 * 1024,
+            committed={group: result.consumed for group, result in control.items()},
+        )  # fmt: skip
         print({group: result.consumed for group, result in results.items()})
     for path in sorted(out.rglob("*.pcap*")):
         print(path, path.stat().st_size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,16 @@ def cluster() -> Iterator[LocalCluster]:
         pytest.skip(f"needs network isolation, which is unavailable: {problem}")
     with LocalCluster(isolate=True) as local:
         yield local
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session (its JVM takes seconds to start) for every test that needs it."""
+    from kafkatunnel.verify.job import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,7 +1,8 @@
 """`verify --replay-against`: re-issue read-only look-ups for every group and transactional
 id in the recordings through a live tunnel, as Spark tasks. Nothing is ever written: a
-FindCoordinator, then an OffsetFetch of the group (DescribeTransactions for a transactional
-id, when the broker has it) sent to the coordinator it named."""
+FindCoordinator, then, sent to the coordinator it named, an OffsetFetch of the group and a
+Heartbeat as a member that cannot exist (DescribeTransactions for a transactional id, when
+the broker has it). Only the coordinator answers these without NOT_COORDINATOR."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
                 result["checked_with"] = "DescribeTransactions" if error is not None else None
             else:
                 error = connection.offset_fetch_error(key)
-                result["checked_with"] = "OffsetFetch"
+                if error not in COORDINATOR_ERRORS:
+                    error = connection.heartbeat_error(key)
+                result["checked_with"] = "OffsetFetch, Heartbeat"
     except (OSError, ValueError) as failure:
         result["error"] = f"{type(failure).__name__}: {failure}"
         return result

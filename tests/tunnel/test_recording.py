@@ -1,0 +1,122 @@
+"""`up --record` on the isolated cluster: the tunnel acceptance session verifies ok, the
+single-forward control (captured with dumpcap) fails naming its groups, replayed look-ups
+through a live tunnel answer, and a SASL/PLAIN password never reaches a recording."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.sessions import (
+    capture_single_forward,
+    record_routed_session,
+    spread_workload,
+)
+from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.probe import split_address
+from kafkatunnel.verify.calls import FileDecoder
+from kafkatunnel.verify.job import verify_local, verify_spark
+from kafkatunnel.verify.judge import MISROUTED, OK
+from kafkatunnel.verify.replay import replay
+from tests.kio_messages import request_frame
+from tests.tunnel.conftest import MakeTunnel
+
+
+def test_the_acceptance_session_verifies_ok_and_the_control_fails(
+    cluster: LocalCluster, tmp_path: Path, spark: Any
+) -> None:
+    work = spread_workload(cluster, f"rec-{uuid.uuid4().hex[:6]}")
+    cluster.produce_inside(work.topic, work.messages, partition=0)
+    control = capture_single_forward(cluster, work, tmp_path / "control.pcapng")
+    stuck = {g for g, r in control.items() if r.not_coordinator}
+    assert len(stuck) == 4  # the groups of the two brokers not forwarded to
+    consumed = {group: result.consumed for group, result in control.items()}
+    results = record_routed_session(
+        cluster, work, tmp_path / "routed", already=work.messages, committed=consumed
+    )
+    assert all(r.ok for r in results.values()), {g: r.consumed for g, r in results.items()}
+
+    routed = verify_spark([str(tmp_path / "routed")], spark)
+    assert routed.ok and routed.leaks == [] and routed.problems == []
+    groups = {v.key: v for v in routed.verdicts if v.key_type == 0}
+    assert set(groups) == set(work.groups)
+    assert all(v.verdict == OK and v.coordinator == work.groups[k] for k, v in groups.items())
+    transactions = {v.key: v for v in routed.verdicts if v.key in work.transactional_ids}
+    assert all(v.verdict == OK for v in transactions.values()) and len(transactions) == 3
+
+    failed = verify_local([str(tmp_path / "control.pcapng")])
+    assert not failed.ok
+    misrouted = {v.key: v for v in failed.verdicts if v.verdict == MISROUTED}
+    assert set(misrouted) == stuck
+    assert all(v.errors["NOT_COORDINATOR"] >= 1 for v in misrouted.values())
+
+
+def test_replayed_look_ups_answer_through_the_tunnel_and_not_through_one_forward(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, spark: Any
+) -> None:
+    work = spread_workload(cluster, f"replay-{uuid.uuid4().hex[:6]}")
+    tunnel = make_tunnel()
+    keys = [(g, 0) for g in work.groups]
+    results = replay(keys, tunnel.bootstrap_servers, spark)  # as Spark tasks
+    assert all(r["ok"] and r["checked_with"] == "OffsetFetch, Heartbeat" for r in results), results
+    assert {r["coordinator"] for r in results} == {1, 2, 3}
+    leader = cluster.mock[0]
+    with SingleForward(cluster, leader):
+        direct = replay(keys, leader.address, None)
+    failing = {r["key"] for r in direct if not r["ok"]}
+    assert failing == {g for g, node in work.groups.items() if node != leader.node_id}
+    assert all(r["error"] == "NOT_COORDINATOR" for r in direct if not r["ok"])
+
+
+PASSWORD = b"s3cr3t-Pa55w0rd"
+
+
+def _send(address: str, *frames: bytes) -> None:
+    host, port = split_address(address)
+    with socket.create_connection((host, port), timeout=5) as sock:
+        for data in frames:
+            sock.sendall(data)
+        sock.settimeout(2)
+        try:
+            while sock.recv(65536):
+                pass
+        except TimeoutError:
+            pass
+
+
+def test_a_sasl_plain_password_never_reaches_a_recording(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, tmp_path: Path
+) -> None:
+    """The client side of SASL/PLAIN as Kafka clients send it (SaslHandshake v1, then the
+    token `\\0user\\0password` in SaslAuthenticate), and the legacy form (a raw token after
+    SaslHandshake v0), through a recording tunnel to a real broker."""
+    tunnel = make_tunnel(record_dir=tmp_path)
+    token = b"\x00alice\x00" + PASSWORD
+    _send(
+        tunnel.bootstrap_servers,
+        request_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1),
+        request_frame(SaslAuthenticateRequest(auth_bytes=token), 2),
+    )
+    _send(
+        tunnel.bootstrap_servers,
+        request_frame(SaslHandshakeV0(mechanism="PLAIN"), 1),
+        len(token).to_bytes(4, "big") + token,
+    )
+    tunnel.stop()
+    files = sorted(tmp_path.iterdir())
+    data = b"".join(path.read_bytes() for path in files)
+    assert PASSWORD not in data and b"alice" not in data
+    seen = [
+        entry
+        for path in files
+        for entry in FileDecoder(str(path), path.read_bytes(), log_frames=True).run().frame_log
+        or []
+    ]
+    assert (36, 2, True) in seen  # the SaslAuthenticate request is there, emptied
