@@ -262,8 +262,9 @@ def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
 
 
 def spark_session(master: str = "local[*]") -> SparkSession:
-    """A Spark session for verify. Workers run this Python; on a cluster, the kafkatunnel
-    and kio packages are shipped to them, so nothing needs installing there."""
+    """A Spark session for verify. On a cluster, this kafkatunnel is shipped to the workers
+    (pure Python); its dependencies (kio has a native part) must be installed there, e.g.
+    `pip install kafkatunnel` in the workers' Python (PYSPARK_PYTHON)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     logging_config = Path(__file__).with_name("log4j2.properties").as_uri()
@@ -286,26 +287,17 @@ def spark_session(master: str = "local[*]") -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
-        for archive in _package_archives():
-            spark.sparkContext.addPyFile(str(archive))
+        spark.sparkContext.addPyFile(str(_package_archive()))
     return spark
 
 
-def _package_archives() -> list[Path]:
-    """Zips of the packages workers need (cached next to the installed package)."""
+def _package_archive() -> Path:
+    """A zip of this kafkatunnel package, for the workers."""
     import shutil
     import tempfile
 
-    import kio
-
     import kafkatunnel
 
-    out = []
-    where = Path(tempfile.gettempdir()) / f"kafkatunnel-pyfiles-{os.getuid()}"
-    where.mkdir(exist_ok=True)
-    for module in (kafkatunnel, kio):
-        root = Path(module.__file__ or "").parent
-        base = where / root.name
-        archive = shutil.make_archive(str(base), "zip", root.parent, root.name)
-        out.append(Path(archive))
-    return out
+    root = Path(kafkatunnel.__file__ or "").parent
+    where = Path(tempfile.mkdtemp(prefix="kafkatunnel-pyfiles-"))
+    return Path(shutil.make_archive(str(where / root.name), "zip", root.parent, root.name))

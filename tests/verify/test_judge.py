@@ -117,3 +117,21 @@ def test_a_protocol_a_member_did_not_offer_fails() -> None:
     assert verdict.reasons == [
         "generation 3 chose protocol 'roundrobin', which member b did not offer (range)"
     ]
+
+
+def test_an_address_that_is_not_the_tunnels_is_a_leak() -> None:
+    from collections import Counter
+
+    from kafkatunnel.verify.calls import FileSummary
+    from kafkatunnel.verify.job import leaks_in
+
+    listener = {"node_id": 1, "tunnel": "127.0.0.1:19093", "advertised": "kafka-0.k:9092",
+                "mode": "rewrite"}  # fmt: skip
+    named = Counter({("127.0.0.1:19093", 3, "tunnel"): 4, ("kafka-0.k:9092", 10, "tunnel"): 1,
+                     ("10.0.0.5:9092", 3, "plain"): 2})  # fmt: skip
+    summaries = [FileSummary("f", listeners=[listener])]
+    assert leaks_in(named, summaries) == [
+        {"address": "kafka-0.k:9092", "api": "find_coordinator", "times": 1}
+    ]
+    transparent = [FileSummary("f", listeners=[listener | {"mode": "transparent"}])]
+    assert leaks_in(named, transparent) == []  # clients see the names the DNS shim serves

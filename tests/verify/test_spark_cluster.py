@@ -1,0 +1,64 @@
+"""verify on a real standalone Spark cluster on loopback: a master and a worker started from
+the pyspark package's own bin/spark-class, the job submitted with --master spark://..."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.localcluster import free_port
+from kafkatunnel.localcluster.processes import ManagedProcess
+from tests.verify.conftest import ROUTED, SINGLE_FORWARD
+
+
+@pytest.fixture(scope="module")
+def spark_master() -> Iterator[str]:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+           "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    spark_class = str(home / "bin" / "spark-class")
+    port = free_port()
+    master = ManagedProcess(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+         "--port", str(port), "--webui-port", str(free_port())],
+        name="spark-master", env=env,
+    )  # fmt: skip
+    worker = None
+    try:
+        master.wait_for_line(r"I have been elected leader", timeout=90)
+        url = f"spark://127.0.0.1:{port}"
+        worker = ManagedProcess(
+            [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+             "--webui-port", str(free_port()), "--cores", "2", "--memory", "1g", url],
+            name="spark-worker", env=env,
+        )  # fmt: skip
+        worker.wait_for_line(r"Successfully registered with master", timeout=90)
+        yield url
+    finally:
+        if worker is not None:
+            worker.stop()
+        master.stop()
+
+
+@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])
+def test_verify_runs_on_a_standalone_cluster(
+    spark_master: str, path: Path, code: int, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--master", spark_master, str(path),
+         "--json", str(tmp_path / "report.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == code, out.stdout + out.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["ok"] is (code == 0)
+    assert report["files"] == len(list(path.iterdir())) if path.is_dir() else 1
+    assert len([g for g in report["groups"] if g["kind"] == "group"]) == 6
