@@ -151,6 +151,11 @@ def api_name(api_key: int) -> str:
         raise UnknownApiKey(f"API key {api_key} is not a Kafka API this tunnel knows") from None
 
 
+def api_title(api_key: int) -> str:
+    """The API's name as Kafka spells it: FindCoordinator, not find_coordinator."""
+    return "".join(part.capitalize() for part in api_name(api_key).split("_"))
+
+
 def known_versions(api_key: int) -> range:
     versions = sorted(schema_name_map[api_name(api_key)])
     return range(versions[0], versions[-1] + 1)

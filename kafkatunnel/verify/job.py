@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafkatunnel.capture.pcapng import CaptureFormatError
-from kafkatunnel.protocol.schema import api_name
+from kafkatunnel.protocol.schema import api_name, api_title
 from kafkatunnel.verify.calls import (
     Call,
     FileDecoder,
@@ -164,7 +164,7 @@ def leaks_in(named: Named, summaries: list[FileSummary]) -> list[dict[str, Any]]
             if listener.get("mode") == "transparent":
                 allowed.add(str(listener["advertised"]))
     leaks = [
-        {"address": address, "api": api_name(api), "times": times}
+        {"address": address, "api": api_title(api), "times": times}
         for (address, api, scope), times in sorted(named.items())
         if scope == "tunnel" and address not in allowed
     ]

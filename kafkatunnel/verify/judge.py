@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkatunnel.protocol.coordinator import partition_for
-from kafkatunnel.protocol.schema import api_name
+from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import (
     CALL,
@@ -97,10 +97,6 @@ ERROR_NAMES = {
 }
 
 
-def _api(api_key: int) -> str:
-    return "".join(part.capitalize() for part in api_name(api_key).split("_"))
-
-
 def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict:
     events = sorted(events, key=lambda e: (e.ts, e.kind != LOOKUP))
     wrong: list[str] = []
@@ -126,7 +122,7 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         if event.kind != CALL:
             continue
         node = facts.node_of(event.conn)
-        timeline.append(_moment(event, start, node, _api(event.api_key)))
+        timeline.append(_moment(event, start, node, api_title(event.api_key)))
         if event.error is not None:
             last_error = event.error
         if node is None:
@@ -135,8 +131,8 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
             unlooked += 1
         elif node is not None and node != named:
             wrong.append(
-                f"{_api(event.api_key)} went to broker {node}, but FindCoordinator named broker "
-                f"{named}"
+                f"{api_title(event.api_key)} went to broker {node}, but FindCoordinator "
+                f"named broker {named}"
             )
         elif node is not None:
             checked += 1
@@ -146,7 +142,7 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
             topic = "__transaction_state" if key_type == TRANSACTION else "__consumer_offsets"
             if leader_node != node:
                 wrong.append(
-                    f"{_api(event.api_key)} went to broker {node}, but broker {leader_node} "
+                    f"{api_title(event.api_key)} went to broker {node}, but broker {leader_node} "
                     f"leads {topic} partition {partition}"
                 )
             elif named is None:

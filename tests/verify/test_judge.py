@@ -131,7 +131,7 @@ def test_an_address_that_is_not_the_tunnels_is_a_leak() -> None:
                      ("10.0.0.5:9092", 3, "plain"): 2})  # fmt: skip
     summaries = [FileSummary("f", listeners=[listener])]
     assert leaks_in(named, summaries) == [
-        {"address": "kafka-0.k:9092", "api": "find_coordinator", "times": 1}
+        {"address": "kafka-0.k:9092", "api": "FindCoordinator", "times": 1}
     ]
     transparent = [FileSummary("f", listeners=[listener | {"mode": "transparent"}])]
     assert leaks_in(named, transparent) == []  # clients see the names the DNS shim serves
