@@ -215,9 +215,17 @@ def verify(
 
 
 @app.command()
-def demo() -> None:
-    """Bring up the embedded local cluster and show the problem and the fix."""
+def demo(
+    record_dir: str | None = typer.Option(
+        None, help="Keep the recordings here (default: a new temporary directory)."
+    ),
+    spark: bool = typer.Option(True, help="Verify with Spark (--no-spark: in one process)."),
+) -> None:
+    """Bring up the embedded local cluster, show the problem and the fix, and verify the
+    recorded traffic."""
+    from pathlib import Path
+
     from kafkatunnel.demo import run_demo
 
-    report = run_demo(console)
+    report = run_demo(console, Path(record_dir) if record_dir else None, spark)
     raise typer.Exit(0 if report.ok else 1)

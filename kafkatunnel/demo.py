@@ -3,26 +3,37 @@
 1. An isolated cluster: three brokers whose advertised addresses are unreachable from here.
 2. The usual workaround, every broker name forwarded to one broker: groups coordinated by
    any other broker get NOT_COORDINATOR and consume nothing.
-3. The tunnel: the same groups, and new ones, all consume everything, while the live table
-   shows each broker's forward and traffic.
+3. The tunnel, recording: the same groups, and new ones, all consume everything, while the
+   live table shows each broker's forward and traffic.
+4. verify, a PySpark job, on the recording: every group ok. On the control's capture (taken
+   with dumpcap) it names the misrouted groups.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from kafkatunnel.capture.dumpcap import Dumpcap
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.single_forward import SingleForward
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.view import status_table
+from kafkatunnel.verify.job import Report
+from kafkatunnel.verify.judge import MISROUTED, OK
+from kafkatunnel.verify.report import summary_lines
+from kafkatunnel.verify.report import table as report_table
 from kafkatunnel.workload import GroupResult, consume_group, consume_groups, produce
 
 MESSAGES = 50
@@ -35,6 +46,19 @@ class DemoReport:
     skipped: list[str] = field(default_factory=list)
     without_tunnel: dict[str, GroupResult] = field(default_factory=dict)
     with_tunnel: dict[str, GroupResult] = field(default_factory=dict)
+    recording: Path | None = None
+    verified: Report | None = None  # verify on the tunnel's recording
+    control_verified: Report | None = None  # verify on the single-forward capture
+
+    @property
+    def verify_ok(self) -> bool:
+        if self.verified is None:
+            return False
+        groups = [v for v in self.verified.verdicts if v.key in self.with_tunnel]
+        every_group = len(groups) == len(self.with_tunnel) and all(v.verdict == OK for v in groups)
+        control = self.control_verified
+        caught = control is None or any(v.verdict == MISROUTED for v in control.verdicts)
+        return self.verified.ok and every_group and caught
 
     @property
     def control_reproduced(self) -> bool:
@@ -46,6 +70,7 @@ class DemoReport:
             bool(self.with_tunnel)
             and all(r.ok for r in self.with_tunnel.values())
             and self.control_reproduced
+            and self.verify_ok
         )
 
 
@@ -78,10 +103,12 @@ def _cluster_table(cluster: LocalCluster) -> Table:
     return table
 
 
-def run_demo(console: Console) -> DemoReport:
+def run_demo(console: Console, record_dir: Path | None = None, spark: bool = True) -> DemoReport:
     console.rule("[bold]kafkatunnel demo")
+    recordings = record_dir or Path(tempfile.mkdtemp(prefix="kafkatunnel-demo-"))
+    control_capture = recordings / "single-forward.pcapng"
     with LocalCluster() as cluster:
-        report = DemoReport(isolated=cluster.isolated)
+        report = DemoReport(isolated=cluster.isolated, recording=recordings / "tunnel")
         console.print(_cluster_table(cluster))
         if cluster.isolation_note:
             console.print(f"[yellow]{cluster.isolation_note}[/]")
@@ -98,7 +125,12 @@ def run_demo(console: Console) -> DemoReport:
                 f"address is forwarded to broker {leader.node_id} only, as one "
                 "`kubectl port-forward` and a hosts entry would do:"
             )
-            with SingleForward(cluster, leader):
+            capture: AbstractContextManager[object] = nullcontext()
+            if shutil.which("dumpcap"):
+                capture = Dumpcap(control_capture, [b.port for b in cluster.mock])
+            else:
+                report.skipped.append("capturing the control: dumpcap (tshark) is missing")
+            with capture, SingleForward(cluster, leader):
                 report.without_tunnel = consume_groups(
                     leader.address,
                     dict.fromkeys(owner, MESSAGES),
@@ -122,12 +154,16 @@ def run_demo(console: Console) -> DemoReport:
                 }
             )
         config = TunnelConfig(
-            bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
+            bootstrap=cluster.mock[0].address,
+            listen_port=free_port_run(8),
+            control_port=None,
+            record_dir=report.recording,
         )
         with BackgroundTunnel(config, forwarder) as tunnel:
             console.print(
                 f"\n[bold]With the tunnel.[/] bootstrap.servers={tunnel.bootstrap_servers}; "
-                "producing and consuming with every group at once:"
+                f"recording to {report.recording}; producing and consuming with every group "
+                "at once:"
             )
             already = set(spread[leader.node_id]) if cluster.isolated else set()
             produce(tunnel.bootstrap_servers, topic, MESSAGES, prefix="t")
@@ -135,8 +171,43 @@ def run_demo(console: Console) -> DemoReport:
             expected = {g: (MESSAGES if g in already else total) for g in owner}
             report.with_tunnel = _consume_showing_table(console, tunnel, expected, topic)
             console.print(_groups_table("With the tunnel", report.with_tunnel, owner))
-        _summary(console, report)
-        return report
+    _verify(console, report, control_capture if control_capture.exists() else None, spark)
+    _summary(console, report)
+    return report
+
+
+def _verify(console: Console, report: DemoReport, control: Path | None, spark: bool) -> None:
+    """verify, the PySpark job, on the tunnel's recording and on the control's capture."""
+    from kafkatunnel.cli_verify import java_problem
+    from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
+
+    assert report.recording is not None
+    problem = java_problem() if spark else "Spark was not asked for"
+    session = None
+    if problem is None:
+        console.print("\n[bold]Verifying the recordings[/] with Spark (local[*]) ...")
+        session = spark_session("local[*]")
+    else:
+        report.skipped.append(f"Spark ({problem}): verified in one process instead")
+        console.print(f"[yellow]skipped: {report.skipped[-1]}[/]")
+    try:
+        for title, path in (("the tunnel's recording", report.recording),
+                            ("the single forward's capture", control)):  # fmt: skip
+            if path is None:
+                continue
+            result = verify_local([str(path)]) if session is None else (
+                verify_spark([str(path)], session))  # fmt: skip
+            if path == report.recording:
+                report.verified = result
+            else:
+                report.control_verified = result
+            console.print(f"\n[bold]kafkatunnel verify {path}[/] ({title})")
+            console.print(report_table(result))
+            for line in summary_lines(result):
+                console.print(line, soft_wrap=True)
+    finally:
+        if session is not None:
+            session.stop()
 
 
 def _consume_showing_table(
@@ -168,6 +239,20 @@ def _summary(console: Console, report: DemoReport) -> None:
     console.print(
         f"With the tunnel: {len(good)} of {len(report.with_tunnel)} groups consumed everything."
     )
+    if report.verified is not None:
+        ok = sum(v.verdict == OK for v in report.verified.verdicts if v.key in report.with_tunnel)
+        console.print(
+            f"verify on the tunnel's recording: {ok} of {len(report.with_tunnel)} groups ok"
+            + (", no leaked address" if not report.verified.leaks else ", LEAKED ADDRESSES")
+        )
+    if report.control_verified is not None:
+        caught = [v.key for v in report.control_verified.verdicts if v.verdict == MISROUTED]
+        console.print(
+            f"verify on the single forward's capture: {len(caught)} groups misrouted "
+            "(as expected: this is the failure the tunnel removes)"
+        )
+    console.print(f"Recordings kept in {report.recording.parent if report.recording else '-'} "
+                  "(open them in Wireshark, or run `kafkatunnel verify` on them).")  # fmt: skip
     if report.ok:
         console.print("[bold green]demo ok[/]")
     else:

@@ -3,6 +3,7 @@ finding the TCP segment inside a captured packet of any common link type."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Iterator
@@ -106,8 +107,8 @@ def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
         total, fragment, protocol = struct.unpack_from("!H2xH1xB", data, start + 2)
         if protocol != 6 or fragment & 0x3FFF:
             return None
-        src = ipaddress.IPv4Address(data[start + 12 : start + 16].tobytes()).compressed
-        dst = ipaddress.IPv4Address(data[start + 16 : start + 20].tobytes()).compressed
+        src = _v4(data[start + 12 : start + 16].tobytes())
+        dst = _v4(data[start + 16 : start + 20].tobytes())
         tcp_at, end = start + ihl, start + total if total else len(data)
     elif version == 6 and len(data) >= start + 40:
         length, next_header = struct.unpack_from("!HB", data, start + 4)
@@ -128,6 +129,12 @@ def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
+def _v4(raw: bytes) -> str:
+    return ipaddress.IPv4Address(raw).compressed
+
+
+@functools.lru_cache(maxsize=4096)
 def _v6(raw: bytes) -> str:
     address = ipaddress.IPv6Address(raw)
     return address.ipv4_mapped.compressed if address.ipv4_mapped else address.compressed

@@ -22,7 +22,6 @@ def table(report: Report) -> Table:
     out.add_column("group / txn id", no_wrap=True)
     for column in ("verdict", "checked", "coordinator", "NOT_COORDINATOR"):
         out.add_column(column, no_wrap=True)
-    out.add_column("reasons")
     for verdict in sorted(report.verdicts, key=lambda v: (v.key_type, v.key)):
         kind = " (txn)" if verdict.key_type else ""
         out.add_row(
@@ -31,7 +30,6 @@ def table(report: Report) -> Table:
             str(verdict.checked),
             "-" if verdict.coordinator is None else str(verdict.coordinator),
             str(verdict.errors["NOT_COORDINATOR"]),
-            "; ".join(verdict.reasons),
         )
     return out
 
@@ -41,6 +39,9 @@ def summary_lines(report: Report) -> list[str]:
     for verdict in report.verdicts:
         counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
     lines = [", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no groups recorded"]
+    for verdict in sorted(report.verdicts, key=lambda v: (v.verdict == "ok", v.key_type, v.key)):
+        if verdict.reasons:
+            lines.append(f"{verdict.key} ({verdict.verdict}): " + "; ".join(verdict.reasons))
     for leak in report.leaks:
         lines.append(
             f"leak: {leak['api']} answers named {leak['address']} ({leak['times']} times), "
