@@ -205,60 +205,103 @@ def expand(paths: Iterable[str]) -> list[str]:
     return out
 
 
+def fact_digest(events: Iterable[Event]) -> list[Event]:
+    """The facts among a file's events, small: each (address, node) pair once, at its
+    earliest, and every leaders snapshot."""
+    first: dict[tuple[str, int], Event] = {}
+    out: list[Event] = []
+    for event in events:
+        if event.kind == LEADERS:
+            out.append(event)
+        elif is_fact(event):
+            pairs = event.brokers if event.kind == BROKERS else ((event.node, event.address),)
+            for node, address in pairs:
+                if node is None or node < 0 or address is None:
+                    continue
+                seen = first.get((address, node))
+                if seen is None or event.ts < seen.ts:
+                    first[(address, node)] = Event(
+                        BROKERS, event.ts, event.conn, event.api_key, brokers=((node, address),)
+                    )
+    return out + list(first.values())
+
+
+Meta = tuple[FileSummary, Named, list[Event], list[Call | Orphan]]
+
+
+def meta_of(result: FileResult) -> Meta:
+    """What the driver needs of a file's result: all but its events about groups."""
+    return result.summary, result.named, fact_digest(result.events), result.halves
+
+
+def keyed_events(result: FileResult) -> list[tuple[tuple[str, int], Event]]:
+    return [((str(e.key), e.key_type), e) for e in result.events if is_about_a_key(e)]
+
+
+@dataclass
+class Gathered:
+    """The driver's side of the job: facts and calls split across files, joined."""
+
+    summaries: list[FileSummary]
+    named: Named
+    facts: Facts
+    joined: list[FileResult]
+
+
+def gather(metas: Iterable[Meta]) -> Gathered:
+    summaries: list[FileSummary] = []
+    named: Named = Counter()
+    fact_events: list[Event] = []
+    halves: dict[str, list[Call | Orphan]] = {}
+    for summary, file_named, facts, file_halves in metas:
+        summaries.append(summary)
+        named.update(file_named)
+        fact_events.extend(facts)
+        for half in file_halves:
+            halves.setdefault(half.conn.key, []).append(half)
+    joined = [join_halves(h) for h in halves.values()]
+    for result in joined:
+        summaries.append(result.summary)
+        named.update(result.named)
+        fact_events.extend(fact_digest(result.events))
+    return Gathered(summaries, named, facts_from(fact_events, summaries), joined)
+
+
 def verify_local(paths: Iterable[str]) -> Report:
     """The whole job in this process, no Spark."""
     results = [decode_file(p, Path(p).read_bytes()) for p in expand(paths)]
-    halves: dict[str, list[Call | Orphan]] = {}
-    for result in results:
-        for half in result.halves:
-            halves.setdefault(half.conn.key, []).append(half)
-    results.extend(join_halves(h) for h in halves.values())
-    events = [e for r in results for e in r.events]
-    summaries = [r.summary for r in results]
-    facts = facts_from([e for e in events if is_fact(e)], summaries)
+    gathered = gather(meta_of(r) for r in results)
     by_key: dict[tuple[str, int], list[Event]] = {}
-    for event in events:
-        if is_about_a_key(event):
-            assert event.key is not None
-            by_key.setdefault((event.key, event.key_type), []).append(event)
-    verdicts = [judge(k, t, group, facts) for (k, t), group in by_key.items()]
-    named: Named = Counter()
-    for result in results:
-        named.update(result.named)
-    calls = sum(r.summary.calls for r in results)
-    return _report(verdicts, named, summaries, calls)
+    for result in results + gathered.joined:
+        for key, event in keyed_events(result):
+            by_key.setdefault(key, []).append(event)
+    verdicts = [judge(k, t, group, gathered.facts) for (k, t), group in by_key.items()]
+    calls = sum(s.calls for s in gathered.summaries)
+    return _report(verdicts, gathered.named, gathered.summaries, calls)
 
 
 def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
-    """The job on Spark: any master, any Hadoop filesystem URI."""
+    """The job on Spark: any master, any Hadoop filesystem URI. Files are decoded once (a
+    task each); the driver gets only facts and the calls split across files; the events
+    about groups are shuffled by group and judged on the executors."""
     sc = spark.sparkContext
     uris = [p if "://" in p else Path(p).resolve().as_uri() for p in expand(paths)]
     files = sc.binaryFiles(",".join(uris), minPartitions=max(len(uris), 1))
     decoded = files.map(lambda item: decode_file(item[0], item[1])).persist()
-    joined = (
-        decoded.flatMap(lambda r: [(h.conn.key, h) for h in r.halves])
-        .groupByKey()
-        .map(lambda item: join_halves(item[1]))
-        .persist()
-    )
-    results = decoded.union(joined)
-    summaries = results.map(lambda r: r.summary).collect()
-    facts = facts_from(results.flatMap(lambda r: [e for e in r.events if is_fact(e)]).collect(),
-                       summaries)  # fmt: skip
-    shared = sc.broadcast(facts)
+    gathered = gather(decoded.map(meta_of).collect())
+    shared = sc.broadcast(gathered.facts)
+    keyed = decoded.flatMap(keyed_events)
+    extra = [pair for result in gathered.joined for pair in keyed_events(result)]
+    if extra:
+        keyed = keyed.union(sc.parallelize(extra))
     verdicts = (
-        results.flatMap(lambda r: [((e.key, e.key_type), e) for e in r.events if is_about_a_key(e)])
-        .groupByKey()
-        .map(lambda item: judge(str(item[0][0]), item[0][1], list(item[1]), shared.value))
+        keyed.groupByKey()
+        .map(lambda item: judge(item[0][0], item[0][1], list(item[1]), shared.value))
         .collect()
     )
-    named: Named = Counter()
-    for part in results.map(lambda r: r.named).collect():
-        named.update(part)
-    calls = sum(s.calls for s in summaries)
     decoded.unpersist()
-    joined.unpersist()
-    return _report(verdicts, named, summaries, calls)
+    calls = sum(s.calls for s in gathered.summaries)
+    return _report(verdicts, gathered.named, gathered.summaries, calls)
 
 
 def spark_session(master: str = "local[*]") -> SparkSession:
