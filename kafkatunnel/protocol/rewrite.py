@@ -148,6 +148,8 @@ class ByteWalk:
         self.seen: list[BrokerAddress] = []
 
     def struct(self, plan: StructPlan, pos: int, node_id: int | None, top: bool = False) -> int:
+        if plan.address is None and plan.node_field is None and not top:
+            return self.skim(plan, pos, node_id)
         fields = plan.fields
         stop_early = top and not plan.tagged_addresses
         count = plan.addresses_until if stop_early else len(fields)
@@ -174,6 +176,20 @@ class ByteWalk:
             self.address(node_id, host, host_span, port, port_span, plan)
         if stop_early:
             return pos
+        if plan.flexible:
+            pos = self.tagged(plan, pos, node_id)
+        return pos
+
+    def skim(self, plan: StructPlan, pos: int, node_id: int | None) -> int:
+        """A struct with no address or node id of its own: fixed-size runs in one step."""
+        buf = self.buf
+        for step in plan.steps:
+            if step.__class__ is int:
+                pos += step
+                if pos > len(buf):
+                    raise MalformedMessage(f"{plan.name} runs past the end of the message")
+            else:
+                pos = self.field(step, pos, node_id)  # type: ignore[arg-type]
         if plan.flexible:
             pos = self.tagged(plan, pos, node_id)
         return pos

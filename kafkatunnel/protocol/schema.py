@@ -76,6 +76,8 @@ class StructPlan:
     has_addresses: bool  # an address in this struct or anywhere below it
     addresses_until: int  # fields[addresses_until:] hold no address
     tagged_addresses: bool  # some tagged field may hold an address
+    # The fields as walking steps: runs of fixed-size fields merged into one byte count.
+    steps: tuple[int | FieldPlan, ...] = ()
 
 
 def _field_plan(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> FieldPlan:
@@ -131,6 +133,15 @@ def struct_plan(entity: type) -> StructPlan:
     if address is not None:
         until = max(until, address.host + 1, address.port + 1)
     tagged_addresses = any(_holds_address(p) for p in tagged.values())
+    steps: list[int | FieldPlan] = []
+    for plan in fields:
+        if plan.kind is Kind.FIXED:
+            if steps and isinstance(steps[-1], int):
+                steps[-1] += plan.size
+            else:
+                steps.append(plan.size)
+        else:
+            steps.append(plan)
     return StructPlan(
         name=entity.__name__,
         flexible=flexible,
@@ -141,6 +152,7 @@ def struct_plan(entity: type) -> StructPlan:
         has_addresses=address is not None or until > 0 or tagged_addresses,
         addresses_until=until,
         tagged_addresses=tagged_addresses,
+        steps=tuple(steps),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kafkatunnel.capture.packets import SYN, Capture, Segment
 from kafkatunnel.capture.pcapng import Interface
@@ -27,9 +28,9 @@ KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
 MAX_OUT_OF_ORDER = 256  # segments held waiting for a gap to fill before giving up on a flow
 
 
-@dataclass(frozen=True, slots=True)
-class Conn:
-    """A client connection: where it went, and which broker that was when the recording says."""
+class Conn(NamedTuple):
+    """A client connection: where it went, and which broker that was when the recording says.
+    (A named tuple: cheap to pickle, as Spark does with every event that names one.)"""
 
     key: str  # unique across the recordings being verified
     client: str
@@ -140,6 +141,11 @@ class _Direction:
         return out
 
     def frames(self, chunks: list[bytes | memoryview]) -> list[bytes]:
+        if len(chunks) == 1 and not self.decoder.buffered:
+            whole = chunks[0]  # a segment holding exactly one frame, as recordings write them
+            size = len(whole) - 4
+            if size >= 0 and int.from_bytes(whole[:4], "big", signed=True) == size:
+                return [bytes(whole)]
         frames: list[bytes] = []
         for chunk in chunks:
             try:

@@ -10,8 +10,9 @@ the same byte walk the rewriter uses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
+import functools
+from dataclasses import fields, is_dataclass
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
@@ -31,8 +32,9 @@ COORDINATOR_ERRORS = (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LO
 JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """A named tuple: Spark pickles hundreds of thousands of these."""
+
     kind: str
     ts: int
     conn: Conn
@@ -47,6 +49,10 @@ class Event:
     detail: dict[str, Any] | None = None
 
 
+_request_schema = functools.cache(load_request_schema)
+_response_schema = functools.cache(load_response_schema)
+
+
 def _decode(entity: type, frame: bytes, offset: int) -> Any:
     value: Any
     value, _end = entity_reader(entity)(frame, offset)
@@ -58,14 +64,14 @@ def _request(call: Call) -> Any:
     header = parse_request_header(call.request)
     if header.body_offset is None:
         raise ProtocolError(f"API {call.api_key} v{call.api_version} is unknown")
-    schema = load_request_schema(call.api_key, call.api_version)
+    schema = _request_schema(call.api_key, call.api_version)
     return _decode(schema, call.request, header.body_offset)
 
 
 def _response(call: Call) -> Any:
     assert call.response is not None
     offset = response_body_offset(call.response, call.api_key, call.api_version)
-    schema = load_response_schema(call.api_key, call.api_version)
+    schema = _response_schema(call.api_key, call.api_version)
     return _decode(schema, call.response, offset)
 
 
