@@ -1,3 +1,3 @@
-from kafkatunnel.cli import app
+from kafkatunnel.cli import main
 
-app()
+main()

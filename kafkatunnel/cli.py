@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -21,6 +22,32 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        envvar="KAFKATUNNEL_CONFIG",
+        help="Settings file (default: ./kafkatunnel.toml when present).",
+    ),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        envvar="KAFKATUNNEL_PROFILE",
+        help="A profile of the settings file.",
+    ),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log (-vv: debug)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Errors only."),
+) -> None:
+    """Reach a Kafka cluster inside Kubernetes from your laptop, every broker and every
+    consumer group included. Settings: flags > KAFKATUNNEL_* > kafkatunnel.toml profile."""
+    from kafkatunnel.cli_config import apply, configure_logging
+
+    configure_logging(verbose, quiet)
+    apply(ctx, config, profile)
 
 
 @app.command()
@@ -214,6 +241,27 @@ def verify(
     )
 
 
+config_app = typer.Typer(help="Where the settings of `up` and `doctor` come from.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command(
+    "show", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def config_show(
+    ctx: typer.Context,
+    command: str = typer.Option("up", help="The command whose settings to show: up or doctor."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The effective settings and where each came from (flag, environment, profile or
+    default). Flags after `--` are taken as the command's own: `config show -- -n shop`."""
+    from kafkatunnel.cli_config import CONFIGURABLE, show
+
+    if command not in CONFIGURABLE:
+        raise typer.BadParameter(f"{command!r} is not one of {', '.join(CONFIGURABLE)}")
+    show(ctx, console, command, list(ctx.args), as_json)
+
+
 @app.command()
 def demo(
     record_dir: str | None = typer.Option(
@@ -229,3 +277,12 @@ def demo(
 
     report = run_demo(console, Path(record_dir) if record_dir else None, spark)
     raise typer.Exit(0 if report.ok else 1)
+
+
+def main() -> None:
+    """The console script: the typer app, with KAFKATUNNEL_* variables for every setting."""
+    from kafkatunnel.cli_config import add_environment_variables
+
+    command = typer.main.get_command(app)
+    add_environment_variables(command)  # type: ignore[arg-type]
+    command(prog_name="kafkatunnel")
