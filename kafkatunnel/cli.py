@@ -241,6 +241,34 @@ def verify(
     )
 
 
+@app.command()
+def doctor(
+    bootstrap: str | None = typer.Option(
+        None, help="The tunnel's bootstrap HOST:PORT (default: the running tunnel's)."
+    ),
+    port: int | None = typer.Option(None, help="The running tunnel whose bootstrap port this is."),
+    via: str | None = typer.Option(
+        None, help="kubectl: also check kubectl, its context and RBAC (default: as the tunnel)."
+    ),
+    context: str | None = typer.Option(None, help="--via kubectl: the kubectl context."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", "-n", help="--via kubectl: the namespace of the Kafka pods."
+    ),
+    kubeconfig: str | None = typer.Option(None, help="--via kubectl: the kubeconfig file."),
+    resolver: str | None = typer.Option(
+        None, help="Resolve broker names with this DNS server (HOST:PORT), not the system's."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Check what working consumer groups need, each with its fix: kubectl, context, RBAC,
+    broker names, each broker through the tunnel, and a group on each broker."""
+    from kafkatunnel.cli_doctor import run_doctor
+
+    code = run_doctor(console, bootstrap, port, via, context, namespace, kubeconfig, resolver,
+                      as_json)  # fmt: skip
+    raise typer.Exit(code)
+
+
 config_app = typer.Typer(help="Where the settings of `up` and `doctor` come from.")
 app.add_typer(config_app, name="config")
 

@@ -3,8 +3,10 @@ transactional id. Requests and responses are encoded by kio; framing is ours."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +17,10 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from kafkatunnel.protocol.framing import FrameDecoder, frame
-from kafkatunnel.protocol.headers import response_body_offset
+from kafkatunnel.protocol.headers import response_body_offset, top_level_error
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
-OFFSET_FETCH, HEARTBEAT, DESCRIBE_TRANSACTIONS = 9, 12, 65
+OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_TRANSACTIONS = 9, 11, 12, 13, 65
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 Connect = Callable[[str, int, float], socket.socket]
@@ -26,6 +28,14 @@ Connect = Callable[[str, int, float], socket.socket]
 
 def _tcp(host: str, port: int, timeout: float) -> socket.socket:
     return socket.create_connection((host, port), timeout=timeout)
+
+
+class ErrorAnswer(Exception):
+    """An error answer the broker sent in a form that cannot be decoded whole."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"error code {code}")
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,13 @@ class ProbeConnection:
         body = response_body_offset(answer, api_key, version)
         response_type = load_response_schema(api_key, version)
         value: Any
-        value, _ = entity_reader(response_type)(answer[body:], 0)
+        try:
+            value, _ = entity_reader(response_type)(answer[body:], 0)
+        except Exception as error:  # kio's own errors: an answer it cannot decode whole
+            code = top_level_error(answer, api_key, version)
+            if code is None or code == 0:
+                raise ConnectionError(f"an answer that cannot be decoded: {error}") from None
+            raise ErrorAnswer(code) from None
         return value
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
@@ -151,7 +167,13 @@ class ProbeConnection:
         fields: dict[str, Any] = {"group_id": group, "topics": None}
         if version >= 7:
             fields["require_stable"] = False
-        return int(self.request(request_type(**fields)).error_code)
+        return self._error_of(request_type(**fields))
+
+    def _error_of(self, payload: Any) -> int:
+        try:
+            return int(self.request(payload).error_code)
+        except ErrorAnswer as error:
+            return error.code
 
     def heartbeat_error(self, group: str, member: str = "kafkatunnel-replay") -> int:
         """The error of a Heartbeat as a member that cannot exist: it changes nothing, and
@@ -164,7 +186,37 @@ class ProbeConnection:
         fields: dict[str, Any] = {"group_id": group, "generation_id": -1, "member_id": member}
         if version >= 3:
             fields["group_instance_id"] = None
-        return int(self.request(request_type(**fields)).error_code)
+        return self._error_of(request_type(**fields))
+
+    def join_group_error(self, group: str) -> tuple[int, str]:
+        """A JoinGroup as a new member of a throw-away group: (error, member id). The
+        coordinator answers MEMBER_ID_REQUIRED (v4+) or lets the member in; any other broker
+        answers NOT_COORDINATOR."""
+        low, high = self.api_versions().get(JOIN_GROUP, (0, -1))
+        version = max(low, min(high, 5))
+        request_type: Any = load_request_schema(JOIN_GROUP, version)
+        protocol_type = request_type.__dataclass_fields__["protocols"].type
+        protocol: Any = typing.get_args(protocol_type)[0]
+        fields: dict[str, Any] = {
+            "group_id": group, "session_timeout": datetime.timedelta(seconds=6),
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": (protocol(name="range", metadata=b""),),
+        }  # fmt: skip
+        if version >= 1:
+            fields["rebalance_timeout"] = datetime.timedelta(seconds=6)
+        if version >= 5:
+            fields["group_instance_id"] = None
+        try:
+            response = self.request(request_type(**fields))
+        except ErrorAnswer as error:
+            return error.code, ""
+        return int(response.error_code), str(response.member_id or "")
+
+    def leave_group(self, group: str, member: str) -> None:
+        low, high = self.api_versions().get(LEAVE_GROUP, (0, -1))
+        version = max(low, min(high, 2))
+        request_type: Any = load_request_schema(LEAVE_GROUP, version)
+        self.request(request_type(group_id=group, member_id=member))
 
     def describe_transaction_error(self, transactional_id: str) -> int | None:
         """The error of DescribeTransactions for one id; None if the broker lacks the API."""

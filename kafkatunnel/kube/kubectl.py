@@ -73,6 +73,20 @@ class Kubectl:
             raise explain(err.decode(errors="replace"), args)
         return out.decode()
 
+    async def can_i(self, verb: str, resource: str, timeout: float = 30.0) -> bool:
+        """`kubectl auth can-i`: it prints yes (exit 0) or no (exit 1)."""
+        self.check_installed()
+        process = await asyncio.create_subprocess_exec(
+            *self.argv("auth", "can-i", verb, resource),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+        answer = out.decode().strip().splitlines()[:1]
+        if answer and answer[0].startswith(("yes", "no")):
+            return answer[0].startswith("yes")
+        raise explain(err.decode(errors="replace"), ("auth", "can-i", verb, resource))
+
     async def get_json(self, *args: str) -> Any:
         return json.loads(await self.run("get", *args, "-o", "json"))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import SIZE_PREFIX
-from kafkatunnel.protocol.schema import is_flexible
+from kafkatunnel.protocol.schema import Kind, is_flexible, response_plan
 
 API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
@@ -91,6 +91,23 @@ def response_body_offset(frame: bytes, api_key: int, api_version: int) -> int:
     if response_header_version(api_key, api_version) == 1:
         pos = wire.skip_tagged_fields(frame, pos)
     return pos
+
+
+def top_level_error(frame: bytes, api_key: int, api_version: int) -> int | None:
+    """A response's top-level error code, read without decoding the rest (some brokers put
+    null in non-nullable strings of their error answers, which a full decode refuses);
+    None when the response has none before its first variable-length field."""
+    try:
+        pos = response_body_offset(frame, api_key, api_version)
+        for field in response_plan(api_key, api_version).fields:
+            if field.name == "error_code":
+                return wire.read_int16(frame, pos)[0]
+            if field.kind is not Kind.FIXED:
+                return None
+            pos += field.size
+    except ProtocolError:
+        return None
+    return None
 
 
 def produce_acks(frame: bytes, header: RequestHeader) -> int:

@@ -17,11 +17,13 @@ from typing import Any, NamedTuple
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.headers import parse_request_header, response_body_offset
+from kafkatunnel.protocol.headers import (
+    parse_request_header,
+    response_body_offset,
+    top_level_error,
+)
 from kafkatunnel.protocol.rewrite import addresses_in
-from kafkatunnel.protocol.schema import Kind, response_plan
 from kafkatunnel.verify.calls import ADDRESS_APIS, COORDINATOR_APIS, Call, Conn
 
 LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", "named"
@@ -95,23 +97,6 @@ def first_error(value: Any) -> int:
 
 def _batched(items: Any, key_field: str) -> list[tuple[str, int]]:
     return [(str(getattr(item, key_field)), first_error(item)) for item in items]
-
-
-def top_level_error(call: Call) -> int | None:
-    """The error code of a response kio cannot decode (some brokers send null in
-    non-nullable strings of error answers): read up to a top-level error_code."""
-    assert call.response is not None
-    try:
-        pos = response_body_offset(call.response, call.api_key, call.api_version)
-        for field in response_plan(call.api_key, call.api_version).fields:
-            if field.name == "error_code":
-                return wire.read_int16(call.response, pos)[0]
-            if field.kind is not Kind.FIXED:
-                return None
-            pos += field.size
-    except ProtocolError:
-        return None
-    return None
 
 
 def _keys(
@@ -277,7 +262,7 @@ def events_of(call: Call) -> list[Event]:
             try:
                 response = _response(call)
             except Exception:
-                fallback = top_level_error(call)
+                fallback = top_level_error(call.response, call.api_key, call.api_version)
                 if fallback is None:
                     raise
         detail = _membership(call, request, response)

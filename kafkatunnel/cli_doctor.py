@@ -1,0 +1,71 @@
+"""`kafkatunnel doctor` on the terminal: which tunnel to check, and the table of results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kafkatunnel.doctor import (
+    FAIL,
+    Subject,
+    dns_server_resolve,
+    run_checks,
+    subject_from_status,
+    system_resolve,
+)
+from kafkatunnel.kube.kubectl import Kubectl
+from kafkatunnel.probe import split_address
+from kafkatunnel.tunnel.control import fetch, running_tunnels
+
+STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+
+
+def run_doctor(
+    console: Console,
+    bootstrap: str | None,
+    port: int | None,
+    via: str | None,
+    context: str | None,
+    namespace: str | None,
+    kubeconfig: str | None,
+    resolver: str | None,
+    as_json: bool,
+) -> int:
+    tunnels = running_tunnels()
+    if bootstrap is not None and port is None:
+        try:
+            port = split_address(bootstrap)[1]
+        except ValueError:
+            port = None
+    state = tunnels.get(port) if port is not None else None
+    if state is None and bootstrap is None and len(tunnels) == 1:
+        state = next(iter(tunnels.values()))
+    status = json.loads(fetch(state["control"], "/status")) if state is not None else None
+    if via is None and status is not None:
+        via = status.get("via")
+    kubectl = None
+    if via == "kubectl":
+        kubectl = Kubectl(kubeconfig=kubeconfig, context=context, namespace=namespace)
+    subject = Subject(bootstrap, kubectl=kubectl)
+    if status is not None:
+        subject = subject_from_status(status, kubectl)
+        subject.bootstrap = bootstrap or subject.bootstrap
+    resolve = dns_server_resolve(resolver) if resolver else system_resolve
+    results = run_checks(subject, resolve)
+    failed = any(r.status == FAIL for r in results)
+    if as_json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(r) for r in results]}, indent=2))
+        return 1 if failed else 0
+    table = Table(title="kafkatunnel doctor", title_justify="left")
+    for column in ("check", "result", "detail", "fix"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(escape(r.check), f"[{STYLE[r.status]}]{r.status}[/]", escape(r.detail),
+                      escape(r.fix))  # fmt: skip
+    console.print(table)
+    console.print("[green]all checks passed[/]" if not failed else "[red]some checks failed[/]")
+    return 1 if failed else 0

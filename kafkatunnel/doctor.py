@@ -1,0 +1,225 @@
+"""`kafkatunnel doctor`: what stands between this laptop and working consumer groups, each
+check with its fix. kubectl (installed, a context, the RBAC verbs the tunnel needs), the
+brokers' names (with the DNS shim), each broker through the tunnel, and a FindCoordinator +
+JoinGroup for a throw-away group coordinated by each broker in turn."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.probe import ProbeConnection, find_coordinator, split_address
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+NOT_COORDINATOR, MEMBER_ID_REQUIRED = 16, 79
+RBAC_VERBS = (("get", "pods"), ("list", "pods"), ("create", "pods/portforward"))
+Resolve = Callable[[str], list[str]]
+
+
+@dataclass
+class Result:
+    check: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Subject:
+    """What doctor checks: a tunnel (or any bootstrap) and, for kubectl, how to call it."""
+
+    bootstrap: str | None = None
+    status: dict[str, Any] | None = None  # a running tunnel's status, when there is one
+    kubectl: Kubectl | None = None
+    names: dict[str, str | None] = field(default_factory=dict)  # broker name -> its address
+
+
+def system_resolve(name: str) -> list[str]:
+    infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def dns_server_resolve(server: str) -> Resolve:
+    """Ask one DNS server (the tunnel's shim, say) instead of the system's resolver."""
+    from dnslib import QTYPE, DNSRecord
+
+    host, port = split_address(server)
+
+    def resolve(name: str) -> list[str]:
+        answer = DNSRecord.parse(DNSRecord.question(name, "A").send(host, port, timeout=3))
+        return sorted(str(r.rdata) for r in answer.rr if r.rtype == QTYPE.A)
+
+    return resolve
+
+
+def check_kubectl(kubectl: Kubectl) -> list[Result]:
+    try:
+        path = kubectl.check_installed()
+    except KubectlError as error:
+        return [Result("kubectl installed", FAIL, str(error).split(":")[0], str(error))]
+    out = [Result("kubectl installed", PASS, path)]
+    try:
+        context = asyncio.run(kubectl.current_context())
+    except KubectlError as error:
+        out.append(Result("kubectl context", FAIL, "no usable context", str(error)))
+        return out
+    out.append(Result("kubectl context", PASS, context))
+    where = f" in namespace {kubectl.namespace}" if kubectl.namespace else ""
+    for verb, resource in RBAC_VERBS:
+        name = f"RBAC: {verb} {resource}"
+        try:
+            allowed = asyncio.run(kubectl.can_i(verb, resource))
+        except (KubectlError, TimeoutError, OSError) as error:
+            out.append(Result(name, FAIL, "could not ask", str(error)))
+            continue
+        if allowed:
+            out.append(Result(name, PASS, f"allowed{where}"))
+        else:
+            out.append(Result(
+                name, FAIL, f"forbidden{where}",
+                f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
+                f"(check: kubectl auth can-i {verb} {resource})",
+            ))  # fmt: skip
+    return out
+
+
+def check_names(subject: Subject, resolve: Resolve) -> list[Result]:
+    """Each broker name resolves to the tunnel's address for it (with the DNS shim)."""
+    if not subject.names:
+        return [Result("broker names resolve", SKIP,
+                       "the tunnel serves no names (rewrite mode without --dns): clients only "
+                       "ever see tunnel addresses")]  # fmt: skip
+    out = []
+    for name, expected in sorted(subject.names.items()):
+        check = f"DNS: {name}"
+        try:
+            found = resolve(name)
+        except (OSError, ValueError) as error:
+            found, reason = [], str(error)
+        else:
+            reason = "no address"
+        if expected is not None and expected in found:
+            out.append(Result(check, PASS, f"-> {expected}"))
+        else:
+            out.append(Result(
+                check, FAIL, f"does not resolve to {expected} ({', '.join(found) or reason})",
+                "point your resolver at the tunnel's DNS shim: `kafkatunnel dns setup` (or "
+                "`kafkatunnel up --dns`, which does it)",
+            ))  # fmt: skip
+    return out
+
+
+def _brokers(bootstrap: str, timeout: float) -> list[tuple[int, str, int]]:
+    with ProbeConnection(bootstrap, timeout) as probe:
+        return probe.brokers()
+
+
+def check_brokers(bootstrap: str, timeout: float = 5.0) -> tuple[list[Result], list[int]]:
+    """Metadata through the bootstrap, then ApiVersions to each broker at the address the
+    client is given."""
+    try:
+        brokers = _brokers(bootstrap, timeout)
+    except (OSError, ValueError) as error:
+        fix = "start the tunnel (`kafkatunnel up ...`), or name it with --bootstrap"
+        return [Result("bootstrap answers", FAIL, f"{bootstrap}: {error}", fix)], []
+    out = [Result("bootstrap answers", PASS, f"{bootstrap}: {len(brokers)} brokers")]
+    reachable = []
+    for node, host, port in sorted(brokers):
+        check = f"broker {node} reachable"
+        try:
+            with ProbeConnection(f"{host}:{port}", timeout) as probe:
+                probe.api_versions()
+        except (OSError, ValueError) as error:
+            out.append(Result(
+                check, FAIL, f"{host}:{port}: {error or type(error).__name__}",
+                f"the forward to broker {node} is down: see `kafkatunnel status` (its last "
+                "error), and the pod or bastion it goes through",
+            ))  # fmt: skip
+            continue
+        reachable.append(node)
+        out.append(Result(check, PASS, f"{host}:{port}"))
+    return out, reachable
+
+
+def group_for(bootstrap: str, node: int, tries: int = 400, timeout: float = 5.0) -> str | None:
+    """A throw-away group id that the cluster says broker `node` coordinates."""
+    prefix = f"kafkatunnel-doctor-{uuid.uuid4().hex[:8]}"
+    with ProbeConnection(bootstrap, timeout) as probe:
+        for index in range(tries):
+            group = f"{prefix}-{index}"
+            if probe.find_coordinator(group).node_id == node:
+                return group
+    return None
+
+
+def smoke_group(bootstrap: str, node: int, timeout: float = 10.0) -> Result:
+    check = f"group on broker {node}"
+    try:
+        group = group_for(bootstrap, node)
+        if group is None:
+            fix = f"does broker {node} lead any __consumer_offsets partition?"
+            return Result(check, FAIL, f"no group hashes to broker {node} in 400 tries", fix)
+        coordinator = find_coordinator(bootstrap, group, timeout=timeout)
+        with ProbeConnection(coordinator.address, timeout) as probe:
+            error, member = probe.join_group_error(group)
+            if member:
+                probe.leave_group(group, member)
+    except (OSError, ValueError) as failure:
+        return Result(check, FAIL, f"{type(failure).__name__}: {failure}",
+                      "see `kafkatunnel status` for that broker's forward")  # fmt: skip
+    if error == NOT_COORDINATOR:
+        return Result(
+            check, FAIL,
+            f"JoinGroup for {group} at {coordinator.address} got NOT_COORDINATOR: that address "
+            f"does not lead to broker {node}",
+            "use the tunnel's bootstrap.servers (`kafkatunnel up`) instead of a single "
+            "port-forward and hosts entries",
+        )  # fmt: skip
+    if error not in (0, MEMBER_ID_REQUIRED):
+        return Result(check, FAIL, f"JoinGroup for {group} got error {error}",
+                      "see the broker's logs")  # fmt: skip
+    return Result(check, PASS, f"FindCoordinator + JoinGroup for {group} at {coordinator.address}")
+
+
+def run_checks(subject: Subject, resolve: Resolve = system_resolve) -> list[Result]:
+    results: list[Result] = []
+    if subject.kubectl is not None:
+        results += check_kubectl(subject.kubectl)
+    else:
+        results.append(Result("kubectl", SKIP, "not used (the tunnel goes --via exec or direct)"))
+    results += check_names(subject, resolve)
+    if subject.bootstrap is None:
+        fix = "start one with `kafkatunnel up ...`, or name it with --bootstrap"
+        results.append(Result("tunnel running", FAIL, "no running tunnel found", fix))
+        return results
+    broker_results, reachable = check_brokers(subject.bootstrap)
+    results += broker_results
+    with ThreadPoolExecutor(max_workers=max(len(reachable), 1)) as pool:
+        results += list(pool.map(lambda n: smoke_group(str(subject.bootstrap), n), reachable))
+    return results
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def subject_from_status(status: dict[str, Any], kubectl: Kubectl | None) -> Subject:
+    names: dict[str, str | None] = {}
+    if status.get("dns"):
+        for endpoint in status["endpoints"]:
+            if endpoint.get("node_id") is not None:
+                host = str(endpoint["advertised"]).rsplit(":", 1)[0].strip("[]")
+                if not _is_ip(host):  # brokers that advertise addresses need no names
+                    names[host] = endpoint.get("dns_address")
+    return Subject(str(status["bootstrap_servers"]), status, kubectl, names)

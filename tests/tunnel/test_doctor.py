@@ -1,0 +1,102 @@
+"""doctor's checks of names, brokers and groups, each failing and passing, through real
+tunnels into the isolated cluster (the kubectl checks are in tests/kube)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kafkatunnel.doctor import (
+    FAIL,
+    PASS,
+    SKIP,
+    Subject,
+    check_brokers,
+    check_names,
+    dns_server_resolve,
+    smoke_group,
+    subject_from_status,
+    system_resolve,
+)
+from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.tunnel import ExecForwarder
+from tests.tunnel.conftest import MakeTunnel
+
+
+def test_broker_names_resolve_only_through_the_dns_shim(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    assert cluster.tansu is not None  # it advertises kafka-0.kafka-headless.demo.svc...
+    tunnel = make_tunnel(cluster.tansu.address, dns_listen=("127.0.0.1", free_port()))
+    status = tunnel.status()
+    subject = subject_from_status(status, None)
+    assert list(subject.names) == [cluster.tansu.host]
+    shim = dns_server_resolve(status["dns"]["listen"])
+    assert [r.status for r in check_names(subject, shim)] == [PASS]
+    (failed,) = check_names(subject, system_resolve)  # this machine's resolver knows nothing
+    assert failed.status == FAIL and "kafkatunnel dns setup" in failed.fix
+
+
+def test_without_the_dns_shim_names_are_not_checked(make_tunnel: MakeTunnel) -> None:
+    subject = subject_from_status(make_tunnel().status(), None)
+    assert [r.status for r in check_names(subject, system_resolve)] == [SKIP]
+
+
+def test_every_broker_answers_through_the_tunnel(make_tunnel: MakeTunnel) -> None:
+    results, reachable = check_brokers(make_tunnel().bootstrap_servers)
+    assert [r.status for r in results] == [PASS] * 4 and reachable == [1, 2, 3]
+
+
+def test_a_broker_whose_forward_fails_is_named(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    broken = cluster.mock[1]
+    tunnel = make_tunnel()
+    inner = cluster.exec_template().replace("{host}", "$0").replace("{port}", "$1")
+    forwarder = tunnel.tunnel.forwarder
+    assert isinstance(forwarder, ExecForwarder)
+    forwarder.template = (
+        f"sh -c '[ \"$1\" = {broken.port} ] && exit 1; exec {inner}' {{host}} {{port}}"
+    )
+    results, reachable = check_brokers(tunnel.bootstrap_servers)
+    failed = [r for r in results if r.status == FAIL]
+    assert [r.check for r in failed] == [f"broker {broken.node_id} reachable"]
+    assert "forward to broker" in failed[0].fix
+    assert broken.node_id not in reachable
+    down, _ = check_brokers("127.0.0.1:1")
+    assert down[0].status == FAIL and "kafkatunnel up" in down[0].fix
+
+
+def test_a_group_on_each_broker_joins_through_the_tunnel_not_through_one_forward(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    tunnel = make_tunnel()
+    assert [smoke_group(tunnel.bootstrap_servers, n).status for n in (1, 2, 3)] == [PASS] * 3
+    leader = cluster.mock[0]
+    with SingleForward(cluster, leader):
+        results = {n: smoke_group(leader.address, n) for n in (1, 2, 3)}
+    assert results[leader.node_id].status == PASS
+    for node, result in results.items():
+        if node != leader.node_id:
+            assert result.status == FAIL and "NOT_COORDINATOR" in result.detail
+            assert "single port-forward" in result.fix
+
+
+def test_the_command_exits_by_its_checks(make_tunnel: MakeTunnel, tmp_path: Path) -> None:
+    tunnel = make_tunnel()
+    ok = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "doctor", "--bootstrap", tunnel.bootstrap_servers,
+         "--json"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["ok"] and len([c for c in report["checks"] if c["status"] == PASS]) >= 7
+    nothing = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "doctor", "--bootstrap", "127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert nothing.returncode == 1 and "some checks failed" in nothing.stdout
+    assert Subject().bootstrap is None
