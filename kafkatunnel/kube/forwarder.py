@@ -132,6 +132,10 @@ class KubectlForwarder(Forwarder):
         task.add_done_callback(lambda _: through.discard(upstream))
         return upstream
 
+    def restarts(self, host: str, port: int) -> int:
+        forward = self.forwards.get((host, port))
+        return forward.restarts if forward else 0
+
     def describe(self, host: str, port: int) -> str:
         forward = self.forwards.get((host, port))
         return forward.describe() if forward else f"kubectl (pod of {host})"

@@ -22,11 +22,18 @@ from kafkatunnel.protocol.headers import (
     expects_response,
     parse_request_header,
     response_correlation_id,
+    top_level_error,
 )
 from kafkatunnel.protocol.rewrite import Mapper, Rewritten, needs_rewrite, rewrite_response
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
+
+
+# Coordinator answers whose top-level error code comes first (after the throttle time):
+# FindCoordinator v0-3, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, InitProducerId,
+# AddOffsetsToTxn, EndTxn, ConsumerGroupHeartbeat.
+ERROR_FIRST_APIS = frozenset({10, 11, 12, 13, 14, 22, 25, 26, 68})
 
 
 @dataclass
@@ -35,6 +42,7 @@ class ExchangeStats:
     responses: int = 0
     rewritten: int = 0
     capped: int = 0
+    errors: dict[int, int] = field(default_factory=dict)  # coordinator answers' error codes
 
 
 class _Splitter:
@@ -139,9 +147,12 @@ class _Requests(_Splitter):
         return whole
 
 
+RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is within 16 bytes
+
+
 class _Responses(_Splitter):
     def __init__(self, exchange: Exchange, max_frame_size: int) -> None:
-        super().__init__(max_frame_size, 4)  # the correlation id is all a decision needs
+        super().__init__(max_frame_size, RESPONSE_HEAD)
         self.exchange = exchange
         self._current: InFlight | None = None
 
@@ -151,6 +162,8 @@ class _Responses(_Splitter):
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
             return False
+        if request.api_key in ERROR_FIRST_APIS:
+            self.exchange.observe_error(request, head)
         self.exchange.on_response(request, None)
         return True
 
@@ -159,6 +172,8 @@ class _Responses(_Splitter):
         assert request is not None
         self._current = None
         out = self.exchange.transform_response(request, whole)
+        if request.api_key in ERROR_FIRST_APIS:
+            self.exchange.observe_error(request, out)
         self.exchange.on_response(request, out)
         return out
 
@@ -223,6 +238,12 @@ class Exchange:
         )
         self.stats.rewritten += result.changed
         return result.frame
+
+    def observe_error(self, request: InFlight, head: bytes) -> None:
+        """Count a coordinator answer's error code (NOT_COORDINATOR among them)."""
+        code = top_level_error(head, request.api_key, request.api_version)
+        if code:
+            self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
 
     def on_response(self, request: InFlight, whole: bytes | None) -> None:
         if self._on_response is not None:

@@ -34,6 +34,12 @@ class BackgroundTunnel:
 
         return self.call(snapshot())
 
+    def metrics(self) -> str:
+        async def snapshot() -> str:
+            return self.tunnel.metrics()
+
+        return self.call(snapshot())
+
     @property
     def bootstrap_servers(self) -> str:
         return self.tunnel.bootstrap_servers

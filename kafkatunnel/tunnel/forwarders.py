@@ -69,6 +69,10 @@ class Forwarder(ABC):
     def describe(self, host: str, port: int) -> str:
         """How host:port is reached, for the live table."""
 
+    def restarts(self, host: str, port: int) -> int:
+        """How often the forward to host:port was restarted (forwards that are processes)."""
+        return 0
+
     def expect(self, host: str, port: int) -> None:  # noqa: B027 - optional hook
         """A broker at host:port exists: get ready to reach it before a client asks."""
 

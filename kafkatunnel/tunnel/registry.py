@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kafkatunnel.protocol.headers import RequestHeader
 from kafkatunnel.protocol.rewrite import BrokerAddress
 
 
@@ -36,6 +37,9 @@ class Endpoint:
     last_error: str | None = None
     last_error_at: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    api_requests: dict[int, int] = field(default_factory=dict)  # per API key
+    rewrites: int = 0  # answers rewritten, of closed connections
+    answer_errors: dict[int, int] = field(default_factory=dict)  # of closed connections
 
     @property
     def advertised(self) -> str:
@@ -45,8 +49,10 @@ class Endpoint:
     def local(self) -> str:
         return f"{self.listen_host}:{self.listen_port}"
 
-    def count_request(self, _header: object = None) -> None:
+    def count_request(self, header: RequestHeader | None = None) -> None:
         self.requests += 1
+        if header is not None:
+            self.api_requests[header.api_key] = self.api_requests.get(header.api_key, 0) + 1
 
     def record_error(self, message: str) -> None:
         self.errors += 1

@@ -28,6 +28,7 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
+from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
@@ -273,6 +274,10 @@ class Tunnel:
         """Forget a closed connection, but keep its upstream until it is really gone, so
         stop() can wait for it (an exec forwarder's child must be reaped by this loop)."""
         self.connections.discard(connection)
+        stats, endpoint = connection.exchange.stats, connection.endpoint
+        endpoint.rewrites += stats.rewritten
+        for code, count in stats.errors.items():
+            endpoint.answer_errors[code] = endpoint.answer_errors.get(code, 0) + count
         upstream = connection.upstream
         if upstream is None or self._loop is None:
             return
@@ -334,6 +339,16 @@ class Tunnel:
         }
 
     def metrics(self) -> str:
+        """Prometheus text: per broker (node="bootstrap" for the bootstrap listener)."""
+        endpoints = self.endpoints()
+        rewrites = {id(e): e.rewrites for e in endpoints}
+        errors = {id(e): dict(e.answer_errors) for e in endpoints}
+        for connection in self.connections:  # and what open connections did so far
+            key = id(connection.endpoint)
+            rewrites[key] = rewrites.get(key, 0) + connection.exchange.stats.rewritten
+            into = errors.setdefault(key, {})
+            for code, count in connection.exchange.stats.errors.items():
+                into[code] = into.get(code, 0) + count
         lines = []
         for name, kind, attribute in (
             ("kafkatunnel_connections", "gauge", "connections"),
@@ -344,11 +359,49 @@ class Tunnel:
             ("kafkatunnel_errors_total", "counter", "errors"),
         ):
             lines.append(f"# TYPE {name} {kind}")
-            for e in self.endpoints():
-                node = "bootstrap" if e.node_id is None else str(e.node_id)
-                value = getattr(e, attribute)
-                lines.append(f'{name}{{node="{node}",tunnel="{e.local}"}} {value}')
+            for e in endpoints:
+                lines.append(f"{name}{{{_labels(e)}}} {getattr(e, attribute)}")
+        lines.append("# TYPE kafkatunnel_api_requests_total counter")
+        for e in endpoints:
+            for key, count in sorted(e.api_requests.items()):
+                api = _api_title(key)
+                lines.append(f'kafkatunnel_api_requests_total{{{_labels(e)},api="{api}"}} {count}')
+        lines.append("# TYPE kafkatunnel_rewrites_total counter")
+        lines.extend(
+            f"kafkatunnel_rewrites_total{{{_labels(e)}}} {rewrites[id(e)]}" for e in endpoints
+        )
+        lines.append("# TYPE kafkatunnel_forward_restarts_total counter")
+        for e in endpoints:
+            restarts = self.forwarder.restarts(e.advertised_host, e.advertised_port)
+            lines.append(f"kafkatunnel_forward_restarts_total{{{_labels(e)}}} {restarts}")
+        lines.append("# TYPE kafkatunnel_coordinator_errors_total counter")
+        for e in endpoints:
+            for code in COUNTED_ERRORS:
+                count = errors.get(id(e), {}).get(code, 0)
+                error = COUNTED_ERRORS[code]
+                lines.append(
+                    f'kafkatunnel_coordinator_errors_total{{{_labels(e)},error="{error}"}} {count}'
+                )
         return "\n".join(lines) + "\n"
+
+
+COUNTED_ERRORS = {
+    16: "NOT_COORDINATOR",
+    15: "COORDINATOR_NOT_AVAILABLE",
+    14: "COORDINATOR_LOAD_IN_PROGRESS",
+}
+
+
+def _labels(endpoint: Endpoint) -> str:
+    node = "bootstrap" if endpoint.node_id is None else str(endpoint.node_id)
+    return f'node="{node}",tunnel="{endpoint.local}"'
+
+
+def _api_title(api_key: int) -> str:
+    try:
+        return api_title(api_key)
+    except ProtocolError:
+        return str(api_key)
 
 
 def _node(endpoint: Endpoint) -> int:

@@ -1,0 +1,56 @@
+"""The Prometheus metrics a running tunnel serves: traffic per broker, requests per API,
+rewritten answers, forward restarts, and coordinator errors seen (NOT_COORDINATOR)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.probe import ProbeConnection, find_coordinator
+from kafkatunnel.workload import consume_group, produce
+from tests.tunnel.conftest import MakeTunnel
+
+SAMPLE = re.compile(r"^(?P<name>\w+)\{(?P<labels>[^}]*)\} (?P<value>\d+)$")
+
+
+def _parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], int]:
+    samples = {}
+    for line in text.splitlines():
+        match = SAMPLE.match(line)
+        if match:
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+            samples[(match["name"], labels)] = int(match["value"])
+    return samples
+
+
+def _total(samples: dict[tuple[str, frozenset[tuple[str, str]]], int], name: str,
+           **labels: str) -> int:  # fmt: skip
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def test_metrics_count_apis_rewrites_and_not_coordinator(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    tunnel = make_tunnel()
+    topic = f"metrics-{uuid.uuid4().hex[:6]}"
+    assert produce(tunnel.bootstrap_servers, topic, 10) == 10
+    group = f"{topic}-g"
+    assert consume_group(tunnel.bootstrap_servers, group, topic, 10).ok
+    coordinator = find_coordinator(tunnel.bootstrap_servers, group)
+    other = next(e for e in tunnel.status()["endpoints"][1:] if e["node_id"] != coordinator.node_id)
+    with ProbeConnection(other["tunnel"]) as probe:  # a JoinGroup to the wrong broker
+        assert probe.join_group_error(group)[0] == 16
+
+    samples = _parse(tunnel.metrics())
+    assert _total(samples, "kafkatunnel_api_requests_total", api="Produce") >= 1
+    assert _total(samples, "kafkatunnel_api_requests_total", api="Fetch") >= 1
+    assert _total(samples, "kafkatunnel_api_requests_total", api="JoinGroup",
+                  node=str(coordinator.node_id)) >= 1  # fmt: skip
+    assert _total(samples, "kafkatunnel_rewrites_total", node="bootstrap") >= 1
+    assert _total(samples, "kafkatunnel_coordinator_errors_total", error="NOT_COORDINATOR",
+                  node=str(other["node_id"])) == 1  # fmt: skip
+    assert _total(samples, "kafkatunnel_coordinator_errors_total", error="NOT_COORDINATOR") == 1
+    assert _total(samples, "kafkatunnel_forward_restarts_total") == 0
+    assert _total(samples, "kafkatunnel_connections_total") >= 4
