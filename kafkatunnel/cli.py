@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -150,8 +151,16 @@ def up(
     record_payloads: bool = typer.Option(
         False, help="Keep Produce/Fetch record data in recordings (cut by default)."
     ),
+    detach: bool = typer.Option(
+        False, "--detach", "-d", help="Run in the background; `kafkatunnel down` stops it."
+    ),
 ) -> None:
-    """Open the tunnel and keep it open until Ctrl-C."""
+    """Open the tunnel and keep it open until Ctrl-C (or, with --detach, until `down`)."""
+    if detach:
+        from kafkatunnel.cli_background import detach as run_detached
+
+        run_detached(console, sys.argv[1:])
+        return
     from kafkatunnel.cli_tunnel import (
         DnsOptions,
         KubeOptions,
@@ -184,6 +193,17 @@ def status(
     from kafkatunnel.cli_tunnel import run_status
 
     run_status(console, as_json, port)
+
+
+@app.command()
+def down(
+    port: int | None = typer.Option(None, help="The tunnel whose bootstrap port this is."),
+    everything: bool = typer.Option(False, "--all", help="Stop every running tunnel."),
+) -> None:
+    """Stop a tunnel running in the background (or in another shell)."""
+    from kafkatunnel.cli_background import down as stop
+
+    stop(console, port, everything)
 
 
 dns_app = typer.Typer(help="Point this machine's resolver at a running tunnel's DNS shim.")

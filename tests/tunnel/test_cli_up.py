@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -99,3 +100,47 @@ def test_wrong_flags_name_the_fix(tmp_path: Path) -> None:
         result = _cli(*args, env=env)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert expected in result.stdout + result.stderr, (args, result.stderr)
+
+
+def test_up_detach_status_and_down(cluster: LocalCluster, tmp_path: Path) -> None:
+    env = {"KAFKATUNNEL_STATE_DIR": str(tmp_path)}
+    port = free_port_run(8)
+    started = _cli(
+        "up", "--detach", "--bootstrap", cluster.mock[0].address, "--via", "exec",
+        "--exec", cluster.exec_template(), "--listen", f"127.0.0.1:{port}", env=env,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"bootstrap.servers=127.0.0.1:{port}" in started.stdout
+        assert "kafkatunnel down" in started.stdout
+        (state_file,) = tmp_path.glob("tunnel-*.json")
+        pid = json.loads(state_file.read_text())["pid"]
+        topic = f"detached-{uuid.uuid4().hex[:6]}"
+        assert produce(f"127.0.0.1:{port}", topic, 5) == 5
+        assert _cli("status", "--json", env=env).returncode == 0
+        stopped = _cli("down", env=env)
+        assert stopped.returncode == 0 and f"tunnel on port {port} (pid {pid}) stopped" in (
+            stopped.stdout
+        )
+        assert not list(tmp_path.glob("tunnel-*.json"))
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        again = _cli("down", env=env)
+        assert again.returncode == 1 and "no running tunnel" in again.stdout
+    finally:
+        for leftover in tmp_path.glob("tunnel-*.json"):
+            os.kill(json.loads(leftover.read_text())["pid"], signal.SIGKILL)
+
+
+def test_a_detached_tunnel_that_cannot_start_says_why(tmp_path: Path) -> None:
+    env = {"KAFKATUNNEL_STATE_DIR": str(tmp_path)}
+    taken = free_port_run(1)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        failed = _cli(
+            "up", "--detach", "--bootstrap", "kafka-0.kafka:9092", "--via", "exec",
+            "--exec", "nc {host} {port}", "--listen", f"127.0.0.1:{taken}", env=env,
+        )  # fmt: skip
+    assert failed.returncode == 2
+    assert f"port {taken} on 127.0.0.1 is already in use" in " ".join(failed.stdout.split())

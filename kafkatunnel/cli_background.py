@@ -1,0 +1,88 @@
+"""`kafkatunnel up --detach` and `kafkatunnel down`: a tunnel that outlives its shell.
+
+--detach starts the very same `up` command as a new session in the background (its output
+in a log file next to the tunnel's state file), waits until it serves, and prints where it
+is. `down` asks running tunnels to stop (SIGTERM: listeners and forwards close cleanly) and
+waits until they are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from kafkatunnel.pids import pid_alive
+from kafkatunnel.tunnel.control import fetch, running_tunnels, state_dir
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+
+
+def detach(console: Console, argv: list[str]) -> None:
+    args = [a for a in argv if a not in ("--detach", "-d")] + ["--no-table"]
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / f"up-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kafkatunnel", *args],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "KAFKATUNNEL_DETACH": "0"},  # not again, whatever the profile
+        )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            console.print(f"[red]error:[/] the tunnel exited ({process.returncode}) at start:")
+            console.print(log.read_text().strip(), markup=False, highlight=False)
+            raise typer.Exit(2)
+        mine = [s for s in running_tunnels().values() if s.get("pid") == process.pid]
+        if mine:
+            status = json.loads(fetch(mine[0]["control"], "/status"))
+            print(f"bootstrap.servers={status['bootstrap_servers']}", flush=True)
+            console.print(
+                f"tunnel running in the background: pid {process.pid}, log {log}; "
+                "`kafkatunnel status` shows it, `kafkatunnel down` stops it",
+                highlight=False,
+            )
+            return
+        time.sleep(0.1)
+    process.terminate()
+    console.print(f"[red]error:[/] the tunnel did not start within {START_TIMEOUT:g}s; see {log}")
+    raise typer.Exit(2)
+
+
+def down(console: Console, port: int | None, everything: bool) -> None:
+    tunnels = running_tunnels()
+    if port is not None:
+        tunnels = {p: s for p, s in tunnels.items() if p == port}
+    if not tunnels:
+        where = f" on port {port}" if port is not None else ""
+        console.print(f"no running tunnel{where}", style="red")
+        raise typer.Exit(1)
+    if len(tunnels) > 1 and not everything:
+        ports = ", ".join(str(p) for p in sorted(tunnels))
+        console.print(f"[red]error:[/] {len(tunnels)} tunnels run (ports {ports}): "
+                      "choose one with --port PORT, or stop them all with --all")  # fmt: skip
+        raise typer.Exit(2)
+    for tunnel_port, state in sorted(tunnels.items()):
+        pid = int(state["pid"])
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            console.print(f"tunnel on port {tunnel_port} (pid {pid}) did not stop in "
+                          f"{STOP_TIMEOUT:g}s: killed")  # fmt: skip
+            Path(state_dir() / f"tunnel-{tunnel_port}.json").unlink(missing_ok=True)
+        else:
+            console.print(f"tunnel on port {tunnel_port} (pid {pid}) stopped")
