@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,14 @@ def configure_logging(verbose: int, quiet: bool) -> None:
     level = (
         logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     )
-    logging.basicConfig(
-        level=level,
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
-        force=True,
-    )
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        handler = RichHandler(console=Console(stderr=True), show_path=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:  # a log file or a pipe: one line per record
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 SOURCES = {

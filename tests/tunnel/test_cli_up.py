@@ -144,3 +144,25 @@ def test_a_detached_tunnel_that_cannot_start_says_why(tmp_path: Path) -> None:
         )  # fmt: skip
     assert failed.returncode == 2
     assert f"port {taken} on 127.0.0.1 is already in use" in " ".join(failed.stdout.split())
+
+
+@pytest.mark.parametrize(("flag", "shown"), [("-v", True), ("-q", False)])
+def test_verbosity(cluster: LocalCluster, tmp_path: Path, flag: str, shown: bool) -> None:
+    """-v logs each broker's listener as it opens (INFO); -q only errors."""
+    port = free_port_run(8)
+    up = ManagedProcess(
+        [
+            sys.executable, "-m", "kafkatunnel", flag, "up",
+            "--bootstrap", cluster.mock[0].address,
+            "--via", "exec", "--exec", cluster.exec_template(),
+            "--listen", f"127.0.0.1:{port}", "--no-table",
+        ],
+        name="kafkatunnel-up", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        up.wait_for_line(r"^broker 3: ", timeout=30)
+        logged = any(f"-> 127.0.0.1:{port + 1}" in line and "broker 1" in line
+                     for line in up.lines)  # fmt: skip
+        assert logged is shown, up.output()
+    finally:
+        up.stop()
