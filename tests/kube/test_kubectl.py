@@ -179,7 +179,7 @@ def test_forwards_survive_twenty_kills(
     (same producer id, epoch and sequence): a retry after a kill can be appended twice. So
     the groups are held to the log exactly, and the produced messages to be all in it. (The
     tansu broker is no better a judge: under the same faults it acknowledged every message
-    and kept 1,484 of 1,500, answering some first attempts of a retried batch as duplicates.)"""
+    and kept 1,484 of 1,500.)"""
     tunnel = _tunnel(cluster)  # default selectors find the pods
     request.addfinalizer(tunnel.stop)
     total = 1500
