@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kafkatunnel.cli_tunnel import running_or_exit
 from kafkatunnel.pids import pid_alive
 from kafkatunnel.tunnel.control import fetch, running_tunnels, state_dir
 
@@ -61,13 +62,7 @@ def detach(console: Console, argv: list[str]) -> None:
 
 
 def down(console: Console, port: int | None, everything: bool) -> None:
-    tunnels = running_tunnels()
-    if port is not None:
-        tunnels = {p: s for p, s in tunnels.items() if p == port}
-    if not tunnels:
-        where = f" on port {port}" if port is not None else ""
-        console.print(f"no running tunnel{where}", style="red")
-        raise typer.Exit(1)
+    tunnels = running_or_exit(console, port)
     if len(tunnels) > 1 and not everything:
         ports = ", ".join(str(p) for p in sorted(tunnels))
         console.print(f"[red]error:[/] {len(tunnels)} tunnels run (ports {ports}): "

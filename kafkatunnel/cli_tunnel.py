@@ -273,7 +273,8 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
         print("tunnel closed", file=sys.stderr, flush=True)
 
 
-def run_status(console: Console, as_json: bool, port: int | None) -> None:
+def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, Any]]:
+    """The running tunnels (the one on `port`, if given), or exit 1 saying there is none."""
     tunnels = running_tunnels()
     if port is not None:
         tunnels = {p: s for p, s in tunnels.items() if p == port}
@@ -281,6 +282,11 @@ def run_status(console: Console, as_json: bool, port: int | None) -> None:
         where = f" on port {port}" if port is not None else ""
         console.print(f"no running tunnel{where}: start one with `kafkatunnel up`", style="red")
         raise typer.Exit(1)
+    return tunnels
+
+
+def run_status(console: Console, as_json: bool, port: int | None) -> None:
+    tunnels = running_or_exit(console, port)
     states = [json.loads(fetch(state["control"], "/status")) for state in tunnels.values()]
     if as_json:
         typer.echo(json.dumps(states[0] if len(states) == 1 else states, indent=2))

@@ -22,6 +22,7 @@ from kafkatunnel.capture import pcapng
 from kafkatunnel.capture.trace import Address, ConnectionTrace
 
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
+FLUSH_EVERY_NS = 1_000_000_000
 FILE_PREFIX = "kafkatunnel-"
 
 
@@ -65,6 +66,7 @@ class Recorder:
         self.written = 0  # bytes, all files
         self._file: BinaryIO | None = None
         self._file_bytes = 0
+        self._flushed = clock()
         directory.mkdir(parents=True, exist_ok=True)
         self._rotate()
 
@@ -106,14 +108,14 @@ class Recorder:
         now = self.clock()
         for packet in packets:
             self._put(pcapng.enhanced_packet(interface, now, packet))
+        if now - self._flushed > FLUSH_EVERY_NS:  # a reader (or a crash) sees at most 1 s less
+            assert self._file is not None
+            self._file.flush()
+            self._flushed = now
 
     def connection(self, listener: Listener, client: Address, server: Address) -> Recording:
         trace = ConnectionTrace(client, server, self.payloads)
         return Recording(self, self.interface(listener), trace)
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
