@@ -8,7 +8,9 @@ Frames are written whole, so each file can be decoded on its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -21,6 +23,7 @@ from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
 from kafkatunnel.capture.trace import Address, ConnectionTrace
 
+log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
 FLUSH_EVERY_NS = 1_000_000_000
 FILE_PREFIX = "kafkatunnel-"
@@ -67,6 +70,7 @@ class Recorder:
         self._file: BinaryIO | None = None
         self._file_bytes = 0
         self._flushed = clock()
+        self.failed: str | None = None
         directory.mkdir(parents=True, exist_ok=True)
         self._rotate()
 
@@ -103,6 +107,16 @@ class Recorder:
     def write(self, interface: int, packets: list[bytes]) -> None:
         if not packets or self._file is None:
             return
+        try:
+            self._write(interface, packets)
+        except OSError as error:  # a full disk stops the recording, never the tunnel
+            self.failed = f"recording stopped: {error}"
+            log.error("%s (in %s)", self.failed, self.directory)
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    def _write(self, interface: int, packets: list[bytes]) -> None:
         if self._file_bytes >= self.rotate_bytes:
             self._rotate()
         now = self.clock()

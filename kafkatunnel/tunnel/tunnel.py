@@ -326,6 +326,7 @@ class Tunnel:
                 "directory": str(self.recorder.directory),
                 "files": [str(f) for f in self.recorder.files],
                 "bytes": self.recorder.written,
+                "error": self.recorder.failed,
             },
             "dns": None
             if self.dns is None

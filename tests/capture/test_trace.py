@@ -106,3 +106,16 @@ def test_tshark_sees_consistent_tcp_and_kafka(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert info == ["10"] * 10 + ["0"]  # requests and answers, all matched
+
+
+def test_a_recording_that_cannot_be_written_stops_quietly(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path)
+    assert recorder._file is not None
+    recorder._file.close()
+    recorder._file = open("/dev/full", "wb", buffering=0)  # noqa: SIM115 - every write: ENOSPC
+    recording = recorder.connection(LISTENER, CLIENT, SERVER)
+    request, response = _lookup(1)
+    recording.from_client([request])  # no exception reaches the connection
+    recording.to_client([response])
+    assert recorder.failed is not None and "No space left on device" in recorder.failed
+    recorder.close()
