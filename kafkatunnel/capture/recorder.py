@@ -91,10 +91,24 @@ class Recorder:
             self._put(pcapng.interface_description(listener.name, listener.description(self.run)))
 
     def _put(self, block: bytes) -> None:
-        assert self._file is not None
-        self._file.write(block)
+        if self._file is None:
+            return
+        try:
+            self._file.write(block)
+        except OSError as error:
+            self._fail(error)
+            return
         self._file_bytes += len(block)
         self.written += len(block)
+
+    def _fail(self, error: OSError) -> None:
+        """A full disk stops the recording, never the tunnel."""
+        self.failed = f"recording stopped: {error}"
+        log.error("%s (in %s)", self.failed, self.directory)
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+        self._file = None
 
     def interface(self, listener: Listener) -> int:
         index = self._index.get(listener)
@@ -107,24 +121,20 @@ class Recorder:
     def write(self, interface: int, packets: list[bytes]) -> None:
         if not packets or self._file is None:
             return
-        try:
-            self._write(interface, packets)
-        except OSError as error:  # a full disk stops the recording, never the tunnel
-            self.failed = f"recording stopped: {error}"
-            log.error("%s (in %s)", self.failed, self.directory)
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
-
-    def _write(self, interface: int, packets: list[bytes]) -> None:
         if self._file_bytes >= self.rotate_bytes:
-            self._rotate()
+            try:
+                self._rotate()
+            except OSError as error:
+                self._fail(error)
+                return
         now = self.clock()
         for packet in packets:
             self._put(pcapng.enhanced_packet(interface, now, packet))
-        if now - self._flushed > FLUSH_EVERY_NS:  # a reader (or a crash) sees at most 1 s less
-            assert self._file is not None
-            self._file.flush()
+        if self._file is not None and now - self._flushed > FLUSH_EVERY_NS:
+            try:  # a reader (or a crash) misses at most the last second
+                self._file.flush()
+            except OSError as error:
+                self._fail(error)
             self._flushed = now
 
     def connection(self, listener: Listener, client: Address, server: Address) -> Recording:
@@ -133,9 +143,13 @@ class Recorder:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            try:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            except OSError as error:
+                self._fail(error)
+            if self._file is not None:
+                self._file.close()
             self._file = None
 
 
