@@ -120,3 +120,22 @@ def test_a_sasl_plain_password_never_reaches_a_recording(
         or []
     ]
     assert (36, 2, True) in seen  # the SaslAuthenticate request is there, emptied
+
+
+def test_verify_replays_the_recorded_groups_against_a_live_tunnel(
+    make_tunnel: MakeTunnel,
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.verify.conftest import ROUTED
+
+    tunnel = make_tunnel()
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", str(ROUTED),
+         "--replay-against", tunnel.bootstrap_servers],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "replayed look-ups against" in out.stdout
+    assert out.stdout.count("OffsetFetch, Heartbeat") == 6  # one per recorded group
