@@ -62,3 +62,25 @@ def test_verify_runs_on_a_standalone_cluster(
     assert report["ok"] is (code == 0)
     assert report["files"] == len(list(path.iterdir())) if path.is_dir() else 1
     assert len([g for g in report["groups"] if g["kind"] == "group"]) == 6
+
+
+@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])
+def test_verify_through_spark_submit(
+    spark_master: str, path: Path, code: int, tmp_path: Path
+) -> None:
+    import pyspark
+
+    from kafkatunnel.verify import submit
+    from kafkatunnel.verify.job import _package_archive
+
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_HOME": str(Path(pyspark.__file__).parent)}  # fmt: skip
+    out = subprocess.run(
+        [str(spark_submit), "--master", spark_master, "--py-files", str(_package_archive()),
+         str(submit.__file__), str(path), "--json", str(tmp_path / "report.json")],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert out.returncode == code, out.stdout + out.stderr[-3000:]
+    assert json.loads((tmp_path / "report.json").read_text())["ok"] is (code == 0)
+    assert ("verify: ok" if code == 0 else "verify: FAILED") in out.stdout
