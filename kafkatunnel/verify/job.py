@@ -330,11 +330,11 @@ def spark_session(master: str = "local[*]") -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
-        spark.sparkContext.addPyFile(str(_package_archive()))
+        spark.sparkContext.addPyFile(str(package_archive()))
     return spark
 
 
-def _package_archive() -> Path:
+def package_archive() -> Path:
     """A zip of this kafkatunnel package, for the workers."""
     import shutil
     import tempfile

@@ -71,13 +71,13 @@ def test_verify_through_spark_submit(
     import pyspark
 
     from kafkatunnel.verify import submit
-    from kafkatunnel.verify.job import _package_archive
+    from kafkatunnel.verify.job import package_archive
 
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_HOME": str(Path(pyspark.__file__).parent)}  # fmt: skip
     out = subprocess.run(
-        [str(spark_submit), "--master", spark_master, "--py-files", str(_package_archive()),
+        [str(spark_submit), "--master", spark_master, "--py-files", str(package_archive()),
          str(submit.__file__), str(path), "--json", str(tmp_path / "report.json")],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
