@@ -204,6 +204,8 @@ def _verify(console: Console, report: DemoReport, control: Path | None, spark: b
             console.print(f"\n[bold]kafkatunnel verify {path}[/] ({title})")
             console.print(report_table(result))
             for line in summary_lines(result):
+                if line == "verify: FAILED" and path == control:
+                    line += " (as it must: this capture is the failure the tunnel removes)"
                 console.print(line, soft_wrap=True)
     finally:
         if session is not None:
