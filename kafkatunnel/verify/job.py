@@ -197,7 +197,8 @@ def expand(paths: Iterable[str]) -> list[str]:
             continue
         local = Path(path.removeprefix("file://"))
         if local.is_dir():
-            out.extend(str(p) for p in sorted(local.iterdir()) if p.suffix in (".pcap", ".pcapng"))
+            # .pcap, .pcapng, and tcpdump -C's rotated file.pcap1, file.pcap2...
+            out.extend(str(p) for p in sorted(local.iterdir()) if ".pcap" in p.name)
         elif local.exists():
             out.append(str(local))
         else:
