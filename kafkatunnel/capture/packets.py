@@ -7,7 +7,7 @@ import functools
 import ipaddress
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kafkatunnel.capture.pcapng import (
     CaptureFormatError,
@@ -30,6 +30,8 @@ LINKTYPE_LINUX_SLL2 = 276
 
 _IP_ETHERTYPES = (b"\x08\x00", b"\x86\xdd")
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
+_IPV4_FIELDS = struct.Struct("!2xH2xH1xB2x4s4s")  # total length, fragment, protocol, addresses
+_TCP_FIELDS = struct.Struct("!HHIIBB")
 _TCP = struct.Struct("!HHIIBBHHH")
 
 
@@ -60,8 +62,9 @@ def ip_tcp_segment(
     return header + src6.packed + dst6.packed + tcp + payload
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
+    """A TCP segment (a named tuple: one is made per packet read)."""
+
     interface: int
     timestamp_ns: int
     src: str
@@ -104,11 +107,10 @@ def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     version = data[start] >> 4
     if version == 4:
         ihl = (data[start] & 0x0F) * 4
-        total, fragment, protocol = struct.unpack_from("!H2xH1xB", data, start + 2)
+        total, fragment, protocol, raw_src, raw_dst = _IPV4_FIELDS.unpack_from(data, start)
         if protocol != 6 or fragment & 0x3FFF:
             return None
-        src = _v4(data[start + 12 : start + 16].tobytes())
-        dst = _v4(data[start + 16 : start + 20].tobytes())
+        src, dst = _v4(raw_src), _v4(raw_dst)
         tcp_at, end = start + ihl, start + total if total else len(data)
     elif version == 6 and len(data) >= start + 40:
         length, next_header = struct.unpack_from("!HB", data, start + 4)
@@ -121,7 +123,7 @@ def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
         return None
     if len(data) < tcp_at + 20:
         return None
-    sport, dport, seq, _ack, offset, flags = struct.unpack_from("!HHIIBB", data, tcp_at)
+    sport, dport, seq, _ack, offset, flags = _TCP_FIELDS.unpack_from(data, tcp_at)
     payload_at = tcp_at + (offset >> 4) * 4
     return Segment(
         packet.interface, packet.timestamp_ns, src, sport, dst, dport, seq, flags,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 SECTION_HEADER = 0x0A0D0D0A
 INTERFACE_DESCRIPTION = 0x00000001
@@ -79,8 +80,9 @@ class Interface:
     ticks_per_second: int
 
 
-@dataclass(frozen=True, slots=True)
-class Packet:
+class Packet(NamedTuple):
+    """A captured packet (a named tuple: one is made per packet read)."""
+
     interface: int  # index into the section's interfaces
     timestamp_ns: int
     data: bytes | memoryview
