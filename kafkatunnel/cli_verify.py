@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +20,8 @@ MIN_JAVA = 17
 
 def java_problem() -> str | None:
     """Why Spark cannot start here, or None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "PySpark is not installed (pip install 'kafkatunnel[verify]')"
     java = shutil.which("java")
     if java is None:
         return "Spark needs Java 17 or newer and there is no `java` on PATH"
@@ -60,10 +63,12 @@ def run_verify(
     if not in_process:
         problem = java_problem()
         if problem is not None:
-            console.print(
-                f"[red]error:[/] {problem}: install one (Debian/Ubuntu: apt-get install "
-                "openjdk-17-jre-headless), or verify without Spark: --in-process"
+            fix = (
+                "install it"
+                if "PySpark" in problem
+                else "install one (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
             )
+            console.print(f"[red]error:[/] {problem}: {fix}, or verify without Spark: --in-process")
             return 2
         spark = spark_session(master)
     report: Report = verify_local(files) if spark is None else verify_spark(files, spark)

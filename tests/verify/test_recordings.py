@@ -91,3 +91,18 @@ def test_cli_names_the_problem_with_bad_paths(tmp_path: Path) -> None:
     junk = _cli("--in-process", str(tmp_path / "junk.pcap"))
     assert junk.returncode == 1 and "not a pcap or pcapng file" in junk.stdout
     assert "1 file(s) could not be read as captures" in junk.stdout
+
+
+def test_without_java_verify_says_what_to_install(tmp_path: Path) -> None:
+    """PATH without java: the message names Java 17 and the way around it."""
+    import os
+
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    env.pop("JAVA_HOME", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", str(ROUTED)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2
+    text = " ".join(out.stdout.split())
+    assert "Spark needs Java 17 or newer" in text and "--in-process" in text
