@@ -16,9 +16,10 @@ from typing import Any
 
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.probe import ProbeConnection, find_coordinator, split_address
+from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-NOT_COORDINATOR, MEMBER_ID_REQUIRED = 16, 79
+MEMBER_ID_REQUIRED = 79
 RBAC_VERBS = (("get", "pods"), ("list", "pods"), ("create", "pods/portforward"))
 Resolve = Callable[[str], list[str]]
 

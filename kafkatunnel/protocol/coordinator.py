@@ -15,6 +15,14 @@ GROUP_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
 _INT_MIN = -(2**31)
 
+# The answers that say a request did not reach (or not yet) the key's coordinator.
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
+COORDINATOR_ERRORS = {
+    NOT_COORDINATOR: "NOT_COORDINATOR",
+    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
+    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+}
+
 
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1], in UTF-16 code units, as int32."""

@@ -23,6 +23,7 @@ from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES, Listener, Recorde
 from kafkatunnel.dns.names import Zone, broker_name
 from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.probe import ProbeConnection, split_address
+from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
 from kafkatunnel.protocol.correlation import InFlight
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -377,20 +378,13 @@ class Tunnel:
             lines.append(f"kafkatunnel_forward_restarts_total{{{_labels(e)}}} {restarts}")
         lines.append("# TYPE kafkatunnel_coordinator_errors_total counter")
         for e in endpoints:
-            for code in COUNTED_ERRORS:
+            for code in COORDINATOR_ERRORS:
                 count = errors.get(id(e), {}).get(code, 0)
-                error = COUNTED_ERRORS[code]
+                error = COORDINATOR_ERRORS[code]
                 lines.append(
                     f'kafkatunnel_coordinator_errors_total{{{_labels(e)},error="{error}"}} {count}'
                 )
         return "\n".join(lines) + "\n"
-
-
-COUNTED_ERRORS = {
-    16: "NOT_COORDINATOR",
-    15: "COORDINATOR_NOT_AVAILABLE",
-    14: "COORDINATOR_LOAD_IN_PROGRESS",
-}
 
 
 def _labels(endpoint: Endpoint) -> str:

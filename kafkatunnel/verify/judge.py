@@ -17,16 +17,13 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.protocol.coordinator import partition_for
+from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS, NOT_COORDINATOR, partition_for
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import (
     CALL,
-    COORDINATOR_LOAD_IN_PROGRESS,
-    COORDINATOR_NOT_AVAILABLE,
     JOIN_GROUP,
     LOOKUP,
-    NOT_COORDINATOR,
     SYNC_GROUP,
     TRANSACTION,
     Event,
@@ -90,18 +87,11 @@ class Verdict:
         }
 
 
-ERROR_NAMES = {
-    NOT_COORDINATOR: "NOT_COORDINATOR",
-    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
-    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
-}
-
-
 def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict:
     events = sorted(events, key=lambda e: (e.ts, e.kind != LOOKUP))
     wrong: list[str] = []
     notes: list[str] = []
-    errors = dict.fromkeys(ERROR_NAMES.values(), 0)
+    errors = dict.fromkeys(COORDINATOR_ERRORS.values(), 0)
     checked = unknown_broker = unlooked = 0
     named: int | None = None
     denied: dict[int, int] = {}  # node -> NOT_COORDINATOR answers since first denial
@@ -110,8 +100,8 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     timeline: list[dict[str, Any]] = []
     start = events[0].ts if events else 0
     for event in events:
-        if event.error in ERROR_NAMES:
-            errors[ERROR_NAMES[event.error]] += 1
+        if event.error in COORDINATOR_ERRORS:
+            errors[COORDINATOR_ERRORS[event.error]] += 1
         if event.kind == LOOKUP:
             timeline.append(_moment(event, start, event.node, "FindCoordinator"))
             if event.error == 0 and event.node is not None and event.node >= 0:
@@ -184,7 +174,7 @@ def _moment(event: Event, start: int, node: int | None, what: str) -> dict[str, 
         "t_ms": round((event.ts - start) / 1e6, 3),
         "api": what,
         "broker": node,
-        "error": None if event.error is None else ERROR_NAMES.get(event.error, event.error),
+        "error": None if event.error is None else COORDINATOR_ERRORS.get(event.error, event.error),
         "member": detail.get("member"),
         "generation": detail.get("generation"),
     }

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkatunnel.probe import ProbeConnection, find_coordinator
-from kafkatunnel.verify.events import COORDINATOR_ERRORS, TRANSACTION
-from kafkatunnel.verify.judge import ERROR_NAMES
+from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
+from kafkatunnel.verify.events import TRANSACTION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,7 +27,7 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
         found = find_coordinator(bootstrap, key, transactional=transactional, timeout=timeout)
         result.update(coordinator=found.node_id, address=found.address)
         if found.error_code:
-            result["error"] = ERROR_NAMES.get(found.error_code, found.error_code)
+            result["error"] = COORDINATOR_ERRORS.get(found.error_code, found.error_code)
             return result
         with ProbeConnection(found.address, timeout) as connection:
             if transactional:
@@ -42,7 +42,7 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
         result["error"] = f"{type(failure).__name__}: {failure}"
         return result
     if error is not None and error in COORDINATOR_ERRORS:
-        result["error"] = ERROR_NAMES[error]
+        result["error"] = COORDINATOR_ERRORS[error]
         return result
     result["ok"] = True
     return result
