@@ -18,6 +18,7 @@ from kio.serial import entity_reader, entity_writer
 
 from kafkatunnel.protocol.framing import FrameDecoder, frame
 from kafkatunnel.protocol.headers import response_body_offset, top_level_error
+from kafkatunnel.protocol.schema import api_title
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
 OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_TRANSACTIONS = 9, 11, 12, 13, 65
@@ -137,13 +138,21 @@ class ProbeConnection:
         response = self.request(request_type(topics=()))
         return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
 
+    def pick(self, api_key: int, newest: int, oldest: int = 0) -> tuple[Any, int]:
+        """The request schema and version to send: the newest in [oldest, newest] that the
+        broker has; ConnectionError when it has none of them."""
+        low, high = self.api_versions().get(api_key, (0, -1))
+        version = min(high, newest)
+        if version < max(low, oldest):
+            raise ConnectionError(
+                f"this broker has no {api_title(api_key)} version from v{oldest} to v{newest}"
+            )
+        return load_request_schema(api_key, version), version
+
     def describe_cluster(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every broker, from DescribeCluster (sent to this broker,
         not routed to a controller as admin clients do)."""
-        low, high = self.api_versions().get(DESCRIBE_CLUSTER, (0, -1))
-        if high < low:
-            raise ConnectionError("this broker does not support DescribeCluster")
-        request_type: Any = load_request_schema(DESCRIBE_CLUSTER, 0)
+        request_type, _ = self.pick(DESCRIBE_CLUSTER, 0)
         response = self.request(request_type(include_cluster_authorized_operations=False))
         return [(int(b.broker_id), b.host, int(b.port)) for b in response.brokers]
 
@@ -159,11 +168,7 @@ class ProbeConnection:
 
     def offset_fetch_error(self, group: str) -> int:
         """The error of a read-only OffsetFetch of all of a group's offsets (v2 to v7)."""
-        low, high = self.api_versions().get(OFFSET_FETCH, (0, -1))
-        version = max(low, min(high, 7))
-        if version < 2:
-            raise ConnectionError("this broker's OffsetFetch cannot ask for all topics")
-        request_type: Any = load_request_schema(OFFSET_FETCH, version)
+        request_type, version = self.pick(OFFSET_FETCH, 7, oldest=2)  # v2+: all topics
         fields: dict[str, Any] = {"group_id": group, "topics": None}
         if version >= 7:
             fields["require_stable"] = False
@@ -180,9 +185,7 @@ class ProbeConnection:
         only the group's coordinator answers it with a membership error rather than
         NOT_COORDINATOR (some brokers, the librdkafka mock among them, answer OffsetFetch
         anywhere)."""
-        low, high = self.api_versions().get(HEARTBEAT, (0, -1))
-        version = max(low, min(high, 4))
-        request_type: Any = load_request_schema(HEARTBEAT, version)
+        request_type, version = self.pick(HEARTBEAT, 4)
         fields: dict[str, Any] = {"group_id": group, "generation_id": -1, "member_id": member}
         if version >= 3:
             fields["group_instance_id"] = None
@@ -192,9 +195,7 @@ class ProbeConnection:
         """A JoinGroup as a new member of a throw-away group: (error, member id). The
         coordinator answers MEMBER_ID_REQUIRED (v4+) or lets the member in; any other broker
         answers NOT_COORDINATOR."""
-        low, high = self.api_versions().get(JOIN_GROUP, (0, -1))
-        version = max(low, min(high, 5))
-        request_type: Any = load_request_schema(JOIN_GROUP, version)
+        request_type, version = self.pick(JOIN_GROUP, 5)
         protocol_type = request_type.__dataclass_fields__["protocols"].type
         protocol: Any = typing.get_args(protocol_type)[0]
         fields: dict[str, Any] = {
@@ -213,25 +214,21 @@ class ProbeConnection:
         return int(response.error_code), str(response.member_id or "")
 
     def leave_group(self, group: str, member: str) -> None:
-        low, high = self.api_versions().get(LEAVE_GROUP, (0, -1))
-        version = max(low, min(high, 2))
-        request_type: Any = load_request_schema(LEAVE_GROUP, version)
+        request_type, _ = self.pick(LEAVE_GROUP, 2)
         self.request(request_type(group_id=group, member_id=member))
 
     def describe_transaction_error(self, transactional_id: str) -> int | None:
         """The error of DescribeTransactions for one id; None if the broker lacks the API."""
-        low, high = self.api_versions().get(DESCRIBE_TRANSACTIONS, (0, -1))
-        if high < low:
+        try:
+            request_type, _ = self.pick(DESCRIBE_TRANSACTIONS, 0)
+        except ConnectionError:
             return None
-        request_type: Any = load_request_schema(DESCRIBE_TRANSACTIONS, low)
         response = self.request(request_type(transactional_ids=(transactional_id,)))
         return int(response.transaction_states[0].error_code)
 
     def find_coordinator(self, key: str, transactional: bool = False) -> Coordinator:
-        low, high = self.api_versions().get(FIND_COORDINATOR, (0, 0))
-        version = max(low, min(high, 4))
+        request_type, version = self.pick(FIND_COORDINATOR, 4)
         key_type = KEY_TYPE_TRANSACTION if transactional else KEY_TYPE_GROUP
-        request_type: Any = load_request_schema(FIND_COORDINATOR, version)
         if version >= 4:
             response = self.request(request_type(key_type=key_type, coordinator_keys=(key,)))
             c = response.coordinators[0]
