@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
-from kafkatunnel.probe import ProbeConnection, find_coordinator, split_address
+from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 MEMBER_ID_REQUIRED = 79
+GROUP_TRIES = 400
 RBAC_VERBS = (("get", "pods"), ("list", "pods"), ("create", "pods/portforward"))
 Resolve = Callable[[str], list[str]]
 
@@ -149,25 +150,20 @@ def check_brokers(bootstrap: str, timeout: float = 5.0) -> tuple[list[Result], l
     return out, reachable
 
 
-def group_for(bootstrap: str, node: int, tries: int = 400, timeout: float = 5.0) -> str | None:
-    """A throw-away group id that the cluster says broker `node` coordinates."""
-    prefix = f"kafkatunnel-doctor-{uuid.uuid4().hex[:8]}"
-    with ProbeConnection(bootstrap, timeout) as probe:
-        for index in range(tries):
-            group = f"{prefix}-{index}"
-            if probe.find_coordinator(group).node_id == node:
-                return group
-    return None
-
-
 def smoke_group(bootstrap: str, node: int, timeout: float = 10.0) -> Result:
+    """FindCoordinator until a throw-away group that broker `node` coordinates turns up,
+    then JoinGroup (and LeaveGroup) at the address the answer named."""
     check = f"group on broker {node}"
+    prefix = f"kafkatunnel-doctor-{uuid.uuid4().hex[:8]}"
     try:
-        group = group_for(bootstrap, node)
-        if group is None:
+        with ProbeConnection(bootstrap, timeout) as probe:
+            found = probe.keys_by_coordinator(prefix, 1, nodes={node}, tries=GROUP_TRIES)
+        if not found:
             fix = f"does broker {node} lead any __consumer_offsets partition?"
-            return Result(check, FAIL, f"no group hashes to broker {node} in 400 tries", fix)
-        coordinator = find_coordinator(bootstrap, group, timeout=timeout)
+            detail = f"no group hashes to broker {node} in {GROUP_TRIES} tries"
+            return Result(check, FAIL, detail, fix)
+        coordinator = found[node]
+        group = coordinator.key
         with ProbeConnection(coordinator.address, timeout) as probe:
             error, member = probe.join_group_error(group)
             if member:

@@ -226,6 +226,26 @@ class ProbeConnection:
         response = self.request(request_type(transactional_ids=(transactional_id,)))
         return int(response.transaction_states[0].error_code)
 
+    def keys_by_coordinator(
+        self,
+        prefix: str,
+        count: int,
+        *,
+        transactional: bool = False,
+        nodes: set[int] | None = None,
+        tries: int = 500,
+    ) -> dict[int, Coordinator]:
+        """Keys `prefix-0`, `prefix-1`... looked up until `count` coordinators (of `nodes`,
+        if given) have one each: node id -> its first key's coordinator."""
+        found: dict[int, Coordinator] = {}
+        for index in range(tries):
+            coordinator = self.find_coordinator(f"{prefix}-{index}", transactional)
+            if nodes is None or coordinator.node_id in nodes:
+                found.setdefault(coordinator.node_id, coordinator)
+            if len(found) == count:
+                break
+        return found
+
     def find_coordinator(self, key: str, transactional: bool = False) -> Coordinator:
         request_type, version = self.pick(FIND_COORDINATOR, 4)
         key_type = KEY_TYPE_TRANSACTION if transactional else KEY_TYPE_GROUP

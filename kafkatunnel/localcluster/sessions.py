@@ -32,14 +32,9 @@ def spread_workload(cluster: LocalCluster, topic: str, per_broker: int = 2) -> W
 
 def transactional_ids(bootstrap: str, prefix: str, count: int = 3) -> dict[str, int]:
     """Transactional ids, one per transaction coordinator: id -> node id."""
-    found: dict[int, str] = {}
     with ProbeConnection(bootstrap) as probe:
-        for index in range(500):
-            key = f"{prefix}-tx-{index}"
-            found.setdefault(probe.find_coordinator(key, transactional=True).node_id, key)
-            if len(found) == count:
-                break
-    return {key: node for node, key in found.items()}
+        found = probe.keys_by_coordinator(f"{prefix}-tx", count, transactional=True)
+    return {coordinator.key: node for node, coordinator in found.items()}
 
 
 def capture_single_forward(
