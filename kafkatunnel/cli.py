@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -23,6 +24,21 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
+
+
+# Options `up` and `doctor` share (and so share a setting name in profiles and KAFKATUNNEL_*).
+def context_option() -> Any:
+    return typer.Option(None, help="--via kubectl: the kubectl context.")
+
+
+def namespace_option() -> Any:
+    return typer.Option(
+        None, "--namespace", "-n", help="--via kubectl: the namespace of the Kafka pods."
+    )
+
+
+def kubeconfig_option() -> Any:
+    return typer.Option(None, help="--via kubectl: the kubeconfig file.")
 
 
 @app.callback()
@@ -132,11 +148,9 @@ def up(
     broker: list[str] = typer.Option(
         [], "--broker", help="An advertised HOST:PORT known up front (repeatable; TLS clusters)."
     ),
-    context: str | None = typer.Option(None, help="--via kubectl: the kubectl context."),
-    namespace: str | None = typer.Option(
-        None, "--namespace", "-n", help="--via kubectl: the namespace of the Kafka pods."
-    ),
-    kubeconfig: str | None = typer.Option(None, help="--via kubectl: the kubeconfig file."),
+    context: str | None = context_option(),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
     target: str | None = typer.Option(
         None, help="--via kubectl: statefulset/NAME or svc/NAME whose pods are the brokers."
     ),
@@ -270,11 +284,9 @@ def doctor(
     via: str | None = typer.Option(
         None, help="kubectl: also check kubectl, its context and RBAC (default: as the tunnel)."
     ),
-    context: str | None = typer.Option(None, help="--via kubectl: the kubectl context."),
-    namespace: str | None = typer.Option(
-        None, "--namespace", "-n", help="--via kubectl: the namespace of the Kafka pods."
-    ),
-    kubeconfig: str | None = typer.Option(None, help="--via kubectl: the kubeconfig file."),
+    context: str | None = context_option(),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
     resolver: str | None = typer.Option(
         None, help="Resolve broker names with this DNS server (HOST:PORT), not the system's."
     ),
