@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import subprocess
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from kafkatunnel.verify.job import Report, expand, spark_session, verify_local, verify_spark
+from kafkatunnel.verify.job import (
+    Report,
+    expand,
+    spark_problem,
+    spark_session,
+    verify_local,
+    verify_spark,
+)
 from kafkatunnel.verify.replay import replay
 from kafkatunnel.verify.report import summary_lines, table, to_html, to_json
-
-MIN_JAVA = 17
-
-
-def java_problem() -> str | None:
-    """Why Spark cannot start here, or None."""
-    if importlib.util.find_spec("pyspark") is None:
-        return "PySpark is not installed (pip install 'kafkatunnel[verify]')"
-    java = shutil.which("java")
-    if java is None:
-        return "Spark needs Java 17 or newer and there is no `java` on PATH"
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"`java -version` failed: {error}"
-    text = out.stderr + out.stdout
-    digits = text.split('"')[1] if '"' in text else ""
-    major = digits.split(".")[0]
-    if major == "1":  # 1.8.0_...
-        major = digits.split(".")[1]
-    if major.isdigit() and int(major) < MIN_JAVA:
-        return f"Spark needs Java {MIN_JAVA} or newer; `java` is {digits}"
-    return None
 
 
 def run_verify(
@@ -61,7 +42,7 @@ def run_verify(
         )
     spark = None
     if not in_process:
-        problem = java_problem()
+        problem = spark_problem()
         if problem is not None:
             fix = (
                 "install it"

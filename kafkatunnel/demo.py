@@ -178,11 +178,10 @@ def run_demo(console: Console, record_dir: Path | None = None, spark: bool = Tru
 
 def _verify(console: Console, report: DemoReport, control: Path | None, spark: bool) -> None:
     """verify, the PySpark job, on the tunnel's recording and on the control's capture."""
-    from kafkatunnel.cli_verify import java_problem
-    from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
+    from kafkatunnel.verify.job import spark_problem, spark_session, verify_local, verify_spark
 
     assert report.recording is not None
-    problem = java_problem() if spark else "Spark was not asked for"
+    problem = spark_problem() if spark else "Spark was not asked for"
     session = None
     if problem is None:
         console.print("\n[bold]Verifying the recordings[/] with Spark (local[*]) ...")

@@ -173,9 +173,7 @@ class Capture:
             self.interfaces = reader.interfaces
             self.comments = reader.comments
             for packet in reader:
-                interfaces = reader.interfaces
-                if self.interfaces is not interfaces:
-                    self.interfaces = interfaces
+                self.interfaces = interfaces = reader.interfaces  # a new section: new list
                 if packet.interface < len(interfaces):
                     segment = tcp_segment(packet, interfaces[packet.interface].linktype)
                     if segment is not None:

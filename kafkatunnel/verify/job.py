@@ -9,7 +9,10 @@ same functions run without Spark in `verify_local`, for small inputs and for com
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -303,6 +306,30 @@ def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
     decoded.unpersist()
     calls = sum(s.calls for s in gathered.summaries)
     return _report(verdicts, gathered.named, gathered.summaries, calls)
+
+
+MIN_JAVA = 17
+
+
+def spark_problem() -> str | None:
+    """Why Spark cannot start here, or None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "PySpark is not installed (pip install 'kafkatunnel[verify]')"
+    java = shutil.which("java")
+    if java is None:
+        return "Spark needs Java 17 or newer and there is no `java` on PATH"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"`java -version` failed: {error}"
+    text = out.stderr + out.stdout
+    digits = text.split('"')[1] if '"' in text else ""
+    major = digits.split(".")[0]
+    if major == "1":  # 1.8.0_...
+        major = digits.split(".")[1]
+    if major.isdigit() and int(major) < MIN_JAVA:
+        return f"Spark needs Java {MIN_JAVA} or newer; `java` is {digits}"
+    return None
 
 
 def spark_session(master: str = "local[*]") -> SparkSession:
