@@ -11,6 +11,7 @@ the same byte walk the rewriter uses.
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import fields, is_dataclass
 from typing import Any, NamedTuple
 
@@ -149,6 +150,13 @@ def _keys(
     return [(str(key), key_type, first_error(response) if answered else None)]
 
 
+@functools.cache
+def _assignment_schema(version: int) -> type:
+    module = importlib.import_module(f"kio.schema.consumer_protocol_assignment.v{version}.data")
+    schema: type = module.ConsumerProtocolAssignment
+    return schema
+
+
 def _assignment(data: bytes | None) -> list[tuple[str, int]] | None:
     """A consumer-protocol assignment's partitions, or None when it is not one."""
     if not data or len(data) < 2:
@@ -157,10 +165,7 @@ def _assignment(data: bytes | None) -> list[tuple[str, int]] | None:
     if version < 0:
         return None
     try:
-        from importlib import import_module
-
-        module = import_module(f"kio.schema.consumer_protocol_assignment.v{min(version, 3)}.data")
-        value = _decode(module.ConsumerProtocolAssignment, data, 2)
+        value = _decode(_assignment_schema(min(version, 3)), data, 2)
     except Exception:  # any bytes may sit here in a non-consumer protocol
         return None
     return [
