@@ -160,6 +160,7 @@ def run_up(
     dns: DnsOptions | None = None,
     brokers: list[str] | None = None,
     record: RecordOptions | None = None,
+    zero_copy: bool = True,
 ) -> None:
     try:
         split_address(bootstrap)
@@ -201,6 +202,7 @@ def run_up(
             record_dir=record.directory if record else None,
             record_rotate_bytes=record.rotate_bytes if record else DEFAULT_ROTATE_BYTES,
             record_payloads=record.payloads if record else False,
+            zero_copy=zero_copy,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--mode") from None

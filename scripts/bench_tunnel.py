@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import confluent_kafka
 
 from kafkatunnel.localcluster import free_port
-from kafkatunnel.localcluster.harness import TANSU_HOST, tansu_binary
+from kafkatunnel.localcluster.harness import TANSU_HOST, start_tansu, tansu_binary
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import wait_for
@@ -47,6 +47,41 @@ class Path_:
     consume: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
+    relay_cpu: list[float] = field(default_factory=list)  # relay CPU ms per MB produced
+
+    def relay_pids(self) -> list[int]:
+        """The relay's processes and their children (socat forks one per connection)."""
+        return [pid for process in self.processes[1:] for pid in _tree(process.pid)]
+
+
+def _tree(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, []))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU time of these processes (and their reaped children) so far."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # its own and its reaped children's
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _listening(port: int, process: ManagedProcess) -> None:
@@ -62,16 +97,7 @@ def _listening(port: int, process: ManagedProcess) -> None:
 
 
 def broker(listen: int, advertised: str) -> ManagedProcess:
-    process = ManagedProcess(
-        [
-            tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{listen}",
-            "--advertised-listener-url", f"tcp://{advertised}",
-            "--storage-engine", "memory://tansu/", "--silent",
-        ],
-        name=f"tansu-{listen}",
-    )  # fmt: skip
-    _listening(listen, process)
-    return process
+    return start_tansu(listen, advertised, silent=True)
 
 
 def start_paths(loops: list[str]) -> list[Path_]:
@@ -213,14 +239,18 @@ def main() -> None:
             random.shuffle(order)
             for path in order:
                 topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
+                before = cpu_seconds(path.relay_pids())
                 path.produce.append(produce(path.bootstrap, topic, args.messages))
+                used = cpu_seconds(path.relay_pids()) - before
+                path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
                 path.consume.append(consume(path.bootstrap, topic, args.messages))
                 p50, p99 = latency(path.bootstrap, args.requests)
                 path.p50.append(p50)
                 path.p99.append(p99)
                 print(
                     f"round {round_ + 1} {path.name:12} produce {path.produce[-1]:7.1f} MB/s  "
-                    f"consume {path.consume[-1]:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms",
+                    f"consume {path.consume[-1]:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms  "
+                    f"relay CPU {path.relay_cpu[-1]:.2f} ms/MB",
                     flush=True,
                 )
     finally:

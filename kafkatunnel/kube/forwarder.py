@@ -9,7 +9,6 @@ from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, s
 from kafkatunnel.kube.portforward import PortForward
 from kafkatunnel.tunnel.forwarders import (
     DirectForwarder,
-    Downstream,
     Forwarder,
     ForwarderError,
     Upstream,
@@ -105,7 +104,7 @@ class KubectlForwarder(Forwarder):
         for upstream in list(self._through.get(key, ())):
             upstream.close()
 
-    async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+    async def open(self, host: str, port: int) -> Upstream:
         """A stream through the broker's forward; a forward that is (re)starting is waited
         for, up to ready_timeout in all, rather than failing the client at once."""
         forward = self._forward(host, port)
@@ -117,7 +116,7 @@ class KubectlForwarder(Forwarder):
             except TimeoutError as error:
                 raise ForwarderError(str(error)) from None
             try:
-                upstream = await self._tcp.open("127.0.0.1", local, downstream)
+                upstream = await self._tcp.open("127.0.0.1", local)
                 break
             except ForwarderError:
                 if loop.time() >= deadline:  # the forward died as we connected, and stayed down

@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafkatunnel.localcluster.netns import IsolationUnavailable, NetworkNamespace
@@ -236,26 +237,51 @@ class LocalCluster:
         if self.namespace is None:
             self._tansu_listen_port = free_port()
         listen = self._tansu_listen_port
-        listen_host = "0.0.0.0" if self.namespace else "127.0.0.1"
-        process = self._spawn(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                f"tcp://{listen_host}:{listen}",
-                "--advertised-listener-url",
-                f"tcp://{TANSU_HOST}:{listen}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            "tansu",
+        process = start_tansu(
+            listen,
+            f"{TANSU_HOST}:{listen}",
+            listen_host="0.0.0.0" if self.namespace else "127.0.0.1",
+            inside=self.inside,
+            connect=lambda host, port: self.connect(host, port, timeout=0.5),
         )
-
-        def accepting() -> bool:
-            if not process.alive():
-                raise RuntimeError(f"tansu exited early:\n{process.output()}")
-            self.connect("127.0.0.1", listen, timeout=0.5).close()
-            return True
-
-        wait_for(accepting, timeout=START_TIMEOUT, what="tansu to accept connections")
+        self._processes.append(process)
         self.tansu = ClusterBroker(0, TANSU_HOST, listen)
+
+
+def start_tansu(
+    port: int,
+    advertised: str,
+    *,
+    listen_host: str = "127.0.0.1",
+    inside: Callable[[list[str]], list[str]] = list,
+    connect: Callable[[str, int], socket.socket] | None = None,
+    silent: bool = False,
+) -> ManagedProcess:
+    """A tansu broker (in-memory storage) on listen_host:port advertising `advertised`,
+    once it accepts connections; `inside` and `connect` put it into another network."""
+    process = ManagedProcess(
+        inside(
+            [
+                tansu_binary(), "broker", "--listener-url", f"tcp://{listen_host}:{port}",
+                "--advertised-listener-url", f"tcp://{advertised}",
+                "--storage-engine", "memory://tansu/", *(["--silent"] if silent else []),
+            ]
+        ),
+        name=f"tansu-{port}",
+    )  # fmt: skip
+
+    def accepting() -> bool:
+        if not process.alive():
+            raise RuntimeError(f"tansu exited early:\n{process.output()}")
+        if connect is None:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        else:
+            connect("127.0.0.1", port).close()
+        return True
+
+    try:
+        wait_for(accepting, timeout=START_TIMEOUT, what="tansu to accept connections")
+    except BaseException:
+        process.stop()
+        raise
+    return process

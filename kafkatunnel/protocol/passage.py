@@ -9,8 +9,10 @@ answers (to be capped); a 1 MiB Fetch response passes through as it arrives.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
@@ -60,6 +62,23 @@ class _Splitter:
     @property
     def mid_frame(self) -> bool:
         return bool(self._held) or self._passing > 0
+
+    @property
+    def unread(self) -> int:
+        """Bytes of the current frame that may pass on without being read at all: the I/O
+        layer can move them outside this object (splice) and then call skip()."""
+        return self._passing
+
+    @property
+    def awaited(self) -> int:
+        """Bytes still missing of a frame held whole (the I/O layer reads them in bulk)."""
+        return self._want - len(self._held) if self._whole else 0
+
+    def skip(self, count: int) -> None:
+        """`count` bytes of the unread remainder went on without passing through feed()."""
+        if not 0 <= count <= self._passing:
+            raise ValueError(f"cannot skip {count} bytes: only {self._passing} may pass unread")
+        self._passing -= count
 
     def feed(self, data: bytes) -> list[Chunk]:
         out: list[Chunk] = []
@@ -199,22 +218,22 @@ class Exchange:
         self._before_rewrite = before_rewrite
         self._on_response = on_response
         self._on_request = on_request
-        self._requests = _Requests(self, max_frame_size)
-        self._responses = _Responses(self, max_frame_size)
+        self.requests: Direction = _Requests(self, max_frame_size)
+        self.responses: Direction = _Responses(self, max_frame_size)
 
     def from_client(self, data: bytes) -> list[Chunk]:
         """What to send to the broker for `data` from the client (the same bytes)."""
-        return self._requests.feed(data)
+        return self.requests.feed(data)
 
     def from_broker(self, data: bytes) -> list[Chunk]:
         """What to send to the client for `data` from the broker."""
-        return self._responses.feed(data)
+        return self.responses.feed(data)
 
     def client_closed(self) -> None:
-        self._requests.close()
+        self.requests.close()
 
     def broker_closed(self) -> None:
-        self._responses.close()
+        self.responses.close()
 
     @property
     def waiting(self) -> int:
@@ -250,12 +269,43 @@ class Exchange:
             self._on_response(request, whole)
 
 
+class Direction(Protocol):
+    """One direction of a connection as the I/O layer drives it: bytes in, bytes out, and
+    how many of the coming bytes need not be read at all."""
+
+    def feed(self, data: bytes) -> list[Chunk]: ...
+    @property
+    def unread(self) -> int: ...
+    @property
+    def awaited(self) -> int: ...
+    def skip(self, count: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Untouched:
+    """A direction whose bytes are never read: all of them may pass unread."""
+
+    unread = sys.maxsize
+    awaited = 0
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return [data]
+
+    def skip(self, count: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 class Pipe:
     """The Exchange of transparent mode: bytes pass both ways untouched and unread (TLS and
     SASL stay end to end)."""
 
     def __init__(self) -> None:
         self.stats = ExchangeStats()
+        self.requests: Direction = _Untouched()
+        self.responses: Direction = _Untouched()
 
     def from_client(self, data: bytes) -> list[Chunk]:
         return [data]

@@ -15,9 +15,14 @@ T = TypeVar("T")
 
 
 class BackgroundTunnel:
-    def __init__(self, config: TunnelConfig, forwarder: Forwarder) -> None:
+    def __init__(self, config: TunnelConfig, forwarder: Forwarder, *, uvloop: bool = False) -> None:
         self.tunnel = Tunnel(config, forwarder)
-        self.loop = asyncio.new_event_loop()
+        if uvloop:  # what `kafkatunnel up` runs on when it is installed
+            import uvloop as libuv
+
+            self.loop: asyncio.AbstractEventLoop = libuv.new_event_loop()
+        else:
+            self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="tunnel", daemon=True)
 
     def call(self, coroutine: Awaitable[T], timeout: float = 30.0) -> T:

@@ -6,47 +6,32 @@ from __future__ import annotations
 import asyncio
 
 from kafkatunnel.probe import metadata_request
-from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in
-from kafkatunnel.tunnel.forwarders import Forwarder
-
-
-class _FirstFrame:
-    def __init__(self) -> None:
-        self.decoder = FrameDecoder(max_frame_size=16 << 20)
-        self.frame: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-
-    def upstream_data(self, data: bytes) -> None:
-        try:
-            frames = self.decoder.feed(data)
-        except ProtocolError as error:
-            if not self.frame.done():
-                self.frame.set_exception(error)
-            return
-        if frames and not self.frame.done():
-            self.frame.set_result(frames[0])
-
-    def upstream_lost(self, reason: str | None) -> None:
-        if not self.frame.done():
-            self.frame.set_exception(ConnectionError(reason or "closed before answering"))
-
-    def upstream_pause_writing(self) -> None:
-        return None
-
-    def upstream_resume_writing(self) -> None:
-        return None
+from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
+from kafkatunnel.tunnel.relay import read_some, write_all
 
 
 async def probe_brokers(
     forwarder: Forwarder, host: str, port: int, timeout: float
 ) -> list[BrokerAddress]:
     """The brokers a plaintext Metadata request to host:port lists."""
-    collect = _FirstFrame()
-    upstream = await asyncio.wait_for(forwarder.open(host, port, collect), timeout)
+    upstream = await asyncio.wait_for(forwarder.open(host, port), timeout)
     try:
-        upstream.write(metadata_request(1))
-        answer = await asyncio.wait_for(collect.frame, timeout)
-        return list(addresses_in(answer, 3, 1))
+        return await asyncio.wait_for(_ask(upstream), timeout)
     finally:
         upstream.close()
+        upstream.release()
+
+
+async def _ask(upstream: Upstream) -> list[BrokerAddress]:
+    await write_all(upstream.write_fd, metadata_request(1))
+    decoder = FrameDecoder(max_frame_size=16 << 20)
+    while True:
+        data = await read_some(upstream.read_fd)
+        if not data:
+            reason = await upstream.why_ended(None)
+            raise ConnectionError(reason or "closed before answering")
+        frames = decoder.feed(data)
+        if frames:
+            return list(addresses_in(frames[0], 3, 1))

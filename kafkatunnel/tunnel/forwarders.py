@@ -11,58 +11,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
+import socket
 import string
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Protocol, cast
+from collections.abc import Callable, Mapping
+from typing import cast
 
 from kafkatunnel.pids import die_with_parent
 from kafkatunnel.probe import split_address
-
-Buffer = bytes | bytearray | memoryview
-
-# Producers send requests of up to ~1 MiB and brokers answer fetches with as much: with
-# asyncio's 64 KiB default, every such frame would pause and resume the other side many times.
-WRITE_BUFFER_HIGH = 4 << 20
-WRITE_BUFFER_LOW = 1 << 20
 
 
 class ForwarderError(Exception):
     """The forwarder could not open a stream; the message says why and what to do."""
 
 
-class Downstream(Protocol):
-    """The client side of a proxied connection, fed by the upstream."""
-
-    def upstream_data(self, data: bytes) -> None: ...
-    def upstream_lost(self, reason: str | None) -> None: ...
-    def upstream_pause_writing(self) -> None: ...
-    def upstream_resume_writing(self) -> None: ...
-
-
 class Upstream(ABC):
-    """A byte stream to one broker."""
+    """A byte stream to one broker, as the descriptors the relay reads and writes (one
+    socket for TCP; a process's stdout and stdin for exec)."""
+
+    read_fd: int
+    write_fd: int
+    on_gone: Callable[[], None] | None = None  # the far end went away without an EOF
 
     @abstractmethod
-    def write(self, data: Buffer) -> None: ...
+    def close(self) -> None:
+        """End the stream (readers of read_fd then see its end); safe while it is watched."""
+
     @abstractmethod
-    def pause_reading(self) -> None: ...
-    @abstractmethod
-    def resume_reading(self) -> None: ...
-    @abstractmethod
-    def close(self) -> None: ...
+    def release(self) -> None:
+        """Close the descriptors, once nothing watches them any more."""
 
     @abstractmethod
     async def wait_closed(self) -> None:
         """Until whatever carried the stream is gone (a process reaped, a socket closed)."""
+
+    async def why_ended(self, error: OSError | None) -> str | None:
+        """Why the stream ended (None: a plain close), given what reading it gave."""
+        return None if error is None else f"connection to the broker lost: {error.strerror}"
 
 
 class Forwarder(ABC):
     kind: str
 
     @abstractmethod
-    async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+    async def open(self, host: str, port: int) -> Upstream:
         """Open a stream to the advertised broker address host:port."""
 
     @abstractmethod
@@ -86,49 +80,45 @@ class Forwarder(ABC):
 # -- direct ---------------------------------------------------------------------------------
 
 
-class _TcpUpstream(asyncio.Protocol, Upstream):
-    def __init__(self, downstream: Downstream) -> None:
-        self.downstream = downstream
-        self.transport: asyncio.Transport | None = None
-        self._closed = asyncio.Event()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-
-    def data_received(self, data: bytes) -> None:
-        self.downstream.upstream_data(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed.set()
-        self.downstream.upstream_lost(
-            None if exc is None else f"connection to the broker lost: {exc}"
-        )
-
-    def pause_writing(self) -> None:
-        self.downstream.upstream_pause_writing()
-
-    def resume_writing(self) -> None:
-        self.downstream.upstream_resume_writing()
-
-    def write(self, data: Buffer) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def pause_reading(self) -> None:
-        if self.transport is not None and self.transport.is_reading():
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_reading():
-            self.transport.resume_reading()
+class _TcpUpstream(Upstream):
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.read_fd = self.write_fd = sock.fileno()
+        self._released = asyncio.Event()
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def release(self) -> None:
+        self.sock.close()
+        self._released.set()
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        await self._released.wait()
+
+
+async def connect_tcp(host: str, port: int) -> socket.socket:
+    """A connected, non-blocking TCP socket without Nagle's delay (every address of host
+    tried in turn, as asyncio's create_connection does)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as error:
+            sock.close()
+            last = error
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise last
 
 
 def parse_mapping(entries: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
@@ -161,19 +151,15 @@ class DirectForwarder(Forwarder):
         target_host, target_port = self.target(host, port)
         return f"tcp {target_host}:{target_port}"
 
-    async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+    async def open(self, host: str, port: int) -> Upstream:
         target_host, target_port = self.target(host, port)
-        loop = asyncio.get_running_loop()
         try:
-            _, protocol = await loop.create_connection(
-                lambda: _TcpUpstream(downstream), target_host, target_port
-            )
+            return _TcpUpstream(await connect_tcp(target_host, target_port))
         except OSError as error:
             hint = "" if (host, port) in self.mapping else f" (add --map {host}:{port}=HOST:PORT)"
             raise ForwarderError(
                 f"cannot connect to {target_host}:{target_port}: {error.strerror or error}{hint}"
             ) from None
-        return protocol
 
 
 # -- exec -----------------------------------------------------------------------------------
@@ -203,74 +189,44 @@ def check_template(template: str) -> None:
 
 
 class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
-    def __init__(self, downstream: Downstream, argv: list[str]) -> None:
-        self.downstream = downstream
+    """A process whose stdout and stdin the relay reads and writes directly (pipes we made,
+    so that no transport owns them); its stderr and exit status say why it ended."""
+
+    def __init__(self, argv: list[str], read_fd: int, write_fd: int) -> None:
         self.argv = argv
+        self.read_fd = read_fd
+        self.write_fd = write_fd
         self.transport: asyncio.SubprocessTransport | None = None
         self.stderr = bytearray()
-        self._lost = False
         self._exited = asyncio.Event()
+        self._released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.SubprocessTransport, transport)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 1:
-            self.downstream.upstream_data(data)
-        else:
-            self.stderr += data
-            del self.stderr[:-4096]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:
-            self._report_lost()
+        self.stderr += data
+        del self.stderr[:-4096]
 
     def process_exited(self) -> None:
         self._exited.set()
-        self._report_lost()
+        if self.on_gone is not None:  # its stdout may live on in a child it left behind
+            self.on_gone()
         if self.transport is not None:
             self.transport.close()
 
     async def wait_closed(self) -> None:
         await self._exited.wait()
 
-    def _report_lost(self) -> None:
-        if self._lost or self.transport is None:
-            return
-        code = self.transport.get_returncode()
-        if code is None and not self.stderr:
-            # stdout closed first; wait for the exit status to say why
-            return
-        self._lost = True
-        reason = None
-        if code not in (0, None) or self.stderr:
-            detail = self.stderr.decode(errors="replace").strip().splitlines()
-            tail = detail[-1] if detail else "no output"
-            reason = f"`{shlex.join(self.argv)}` exited with {code}: {tail}"
-        self.downstream.upstream_lost(reason)
-
-    def _stdin(self) -> asyncio.WriteTransport | None:
-        if self.transport is None:
-            return None
-        pipe = self.transport.get_pipe_transport(0)
-        return cast(asyncio.WriteTransport | None, pipe)
-
-    def write(self, data: Buffer) -> None:
-        stdin = self._stdin()
-        if stdin is not None and not stdin.is_closing():
-            stdin.write(data)
-
-    def pause_reading(self) -> None:
-        if self.transport is not None:
-            pipe = cast(asyncio.ReadTransport | None, self.transport.get_pipe_transport(1))
-            if pipe is not None and pipe.is_reading():
-                pipe.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.transport is not None:
-            pipe = cast(asyncio.ReadTransport | None, self.transport.get_pipe_transport(1))
-            if pipe is not None and not pipe.is_reading():
-                pipe.resume_reading()
+    async def why_ended(self, error: OSError | None) -> str | None:
+        with contextlib.suppress(TimeoutError):  # stdout ends first: wait for the status
+            await asyncio.wait_for(self._exited.wait(), EXIT_STATUS_WAIT)
+        code = None if self.transport is None else self.transport.get_returncode()
+        if code in (0, None) and not self.stderr:
+            return None if error is None else f"`{self.argv[0]}` stream failed: {error.strerror}"
+        detail = self.stderr.decode(errors="replace").strip().splitlines()
+        tail = detail[-1] if detail else "no output"
+        return f"`{shlex.join(self.argv)}` exited with {code}: {tail}"
 
     def close(self) -> None:
         # Kill, but close the transport only once the child is reaped (process_exited):
@@ -279,6 +235,15 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
         if self.transport is not None and not self._exited.is_set():
             with contextlib.suppress(ProcessLookupError):
                 self.transport.kill()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+
+
+EXIT_STATUS_WAIT = 2.0  # after its stdout ended, how long to wait for a process's status
 
 
 class ExecForwarder(Forwarder):
@@ -294,20 +259,29 @@ class ExecForwarder(Forwarder):
     def describe(self, host: str, port: int) -> str:
         return f"exec {shlex.join(self.argv(host, port))}"
 
-    async def open(self, host: str, port: int, downstream: Downstream) -> Upstream:
+    async def open(self, host: str, port: int) -> Upstream:
         argv = self.argv(host, port)
         loop = asyncio.get_running_loop()
+        stdin, to_child = os.pipe()
+        from_child, stdout = os.pipe()
         try:
-            _, protocol = await loop.subprocess_exec(
-                lambda: _ExecUpstream(downstream, argv),
+            _, upstream = await loop.subprocess_exec(
+                lambda: _ExecUpstream(argv, from_child, to_child),
                 *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+                stdin=stdin,
+                stdout=stdout,
                 stderr=asyncio.subprocess.PIPE,
                 preexec_fn=die_with_parent,
             )
         except OSError as error:
+            os.close(from_child)
+            os.close(to_child)
             raise ForwarderError(
                 f"cannot run `{argv[0]}` for --exec: {error.strerror or error}"
             ) from None
-        return protocol
+        finally:
+            os.close(stdin)  # the child's ends: ours would keep its stdin from ending
+            os.close(stdout)
+        os.set_blocking(from_child, False)
+        os.set_blocking(to_child, False)
+        return upstream

@@ -1,31 +1,29 @@
-"""One client connection: the client's transport, its upstream through a forwarder, and the
-Exchange that observes requests and rewrites responses in between. Flow control runs both
-ways, so a slow client slows the broker rather than filling memory."""
+"""One client connection: the client's socket, its upstream through a forwarder, and the
+Exchange that observes requests and rewrites responses in between, moved by two Pumps
+(client -> broker, broker -> client). Flow control runs both ways, so a slow client slows
+the broker rather than filling memory."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from typing import cast
+import socket
+from collections.abc import Callable, Coroutine
 
 from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Chunk, Exchange, Pipe
-from kafkatunnel.tunnel.forwarders import (
-    WRITE_BUFFER_HIGH,
-    WRITE_BUFFER_LOW,
-    Forwarder,
-    ForwarderError,
-    Upstream,
-)
+from kafkatunnel.protocol.passage import Exchange, Pipe
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint
+from kafkatunnel.tunnel.relay import Pump
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
+LINGER = 5.0  # seconds a closing connection may take to deliver what it already read
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection:
     def __init__(
         self,
         endpoint: Endpoint,
@@ -34,6 +32,7 @@ class ClientConnection(asyncio.Protocol):
         connect_timeout: float,
         on_close: Callable[[ClientConnection], None],
         record: Callable[[Endpoint, Address, Address], Recording] | None = None,
+        zero_copy: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -41,109 +40,114 @@ class ClientConnection(asyncio.Protocol):
         self.connect_timeout = connect_timeout
         self.on_close = on_close
         self.record = record
+        self.zero_copy = zero_copy
         self.recording: Recording | None = None
-        self.transport: asyncio.Transport | None = None
+        self.sock: socket.socket | None = None
         self.upstream: Upstream | None = None
+        self.pumps: list[Pump] = []
         self.peer = "?"
         self._closed = False
-        self._connecting: asyncio.Task[None] | None = None
-        self._early: list[Chunk] = []  # client bytes that came before the upstream was open
+        self._ending = False  # the upstream ended; asking it why
+        self._done = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    # -- client side ----------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+    def start(self, sock: socket.socket) -> None:
+        """Serve an accepted, non-blocking client socket."""
+        self.sock = sock
+        try:
+            peer = sock.getpeername()
+            self.peer = f"{peer[0]}:{peer[1]}"
+        except OSError:
+            peer = None
         if self.record is not None and peer:
-            local = transport.get_extra_info("sockname")
-            self.recording = self.record(self.endpoint, peer[:2], local[:2])
+            self.recording = self.record(self.endpoint, peer[:2], sock.getsockname()[:2])
         self.endpoint.connections += 1
         self.endpoint.total_connections += 1
-        self.transport.pause_reading()  # until the upstream is there
-        self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        self._spawn(self._connect())
+
+    @property
+    def spliced(self) -> int:
+        """Bytes this connection moved without copying them into Python."""
+        return sum(pump.spliced for pump in self.pumps)
 
     async def _connect(self) -> None:
         host, port = self.endpoint.advertised_host, self.endpoint.advertised_port
+        opening = asyncio.ensure_future(self.forwarder.open(host, port))
         try:
-            self.upstream = await asyncio.wait_for(
-                self.forwarder.open(host, port, self), self.connect_timeout
-            )
+            upstream = await asyncio.wait_for(asyncio.shield(opening), self.connect_timeout)
         except (ForwarderError, TimeoutError, OSError) as error:
+            _discard(opening)
             reason = str(error) or f"no stream to {host}:{port} within {self.connect_timeout:g}s"
             self.fail(f"upstream {self.endpoint.advertised}: {reason}")
             return
-        if self._closed:  # the client left while the upstream was being opened
-            self.upstream.close()
-            self.on_close(self)  # again, now with an upstream to wait for
-            return
-        for chunk in self._early:
-            self.upstream.write(chunk)
-        self._early.clear()
-        assert self.transport is not None
-        self.transport.resume_reading()
+        except asyncio.CancelledError:  # closed while connecting
+            _discard(opening)
+            raise
+        self.upstream = upstream
+        upstream.on_gone = lambda: self._upstream_ended(None)
+        assert self.sock is not None
+        client = self.sock.fileno()
+        zero_copy = self.zero_copy and self.recording is None  # a recording reads every byte
+        recording = self.recording
+        self.pumps = [
+            Pump(
+                client,
+                upstream.write_fd,
+                self.exchange.requests,
+                zero_copy=zero_copy,
+                on_bytes=self._from_client,
+                on_source_end=self._client_ended,
+                on_sink_error=self._upstream_ended,
+                on_chunks=None if recording is None else recording.from_client,
+            ),
+            Pump(
+                upstream.read_fd,
+                client,
+                self.exchange.responses,
+                zero_copy=zero_copy,
+                on_bytes=self._from_broker,
+                on_source_end=self._broker_ended,
+                on_sink_error=lambda _: self.close(),  # the client went away
+                on_chunks=None if recording is None else recording.to_client,
+            ),
+        ]
+        for pump in self.pumps:
+            pump.start()
 
-    def data_received(self, data: bytes) -> None:
-        self.endpoint.bytes_in += len(data)
-        try:
-            chunks = self.exchange.from_client(data)
-        except ProtocolError as error:
-            self.fail(f"client {self.peer} sent invalid Kafka protocol: {error}")
-            return
-        upstream = self.upstream
-        if upstream is None:  # reading was paused, but some event loops deliver a first read
-            self._early.extend(chunks)
+    def _from_client(self, count: int) -> None:
+        self.endpoint.bytes_in += count
+
+    def _from_broker(self, count: int) -> None:
+        self.endpoint.bytes_out += count
+
+    def _client_ended(self, cause: BaseException | None) -> None:
+        if isinstance(cause, ProtocolError):
+            self.fail(f"client {self.peer} sent invalid Kafka protocol: {cause}")
         else:
-            for chunk in chunks:
-                upstream.write(chunk)
-        if self.recording is not None:
-            self.recording.from_client(chunks)
+            self.close()  # it closed or reset its connection: its own business
 
-    def eof_received(self) -> bool | None:
-        self.close()
-        return None
+    def _broker_ended(self, cause: BaseException | None) -> None:
+        if isinstance(cause, ProtocolError):
+            self.fail(f"broker {self.endpoint.advertised} answered with invalid Kafka: {cause}")
+        else:
+            self._upstream_ended(cause if isinstance(cause, OSError) else None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.close()
-
-    def pause_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.resume_reading()
-
-    # -- upstream side (Downstream protocol) ------------------------------------------------
-
-    def upstream_data(self, data: bytes) -> None:
-        if self._closed or self.transport is None:
+    def _upstream_ended(self, error: OSError | None) -> None:
+        """Ask the upstream why (an exec forward's exit status), then close."""
+        if self._ending or self._closed:
             return
-        self.endpoint.bytes_out += len(data)
-        try:
-            chunks = self.exchange.from_broker(data)
-        except ProtocolError as error:
-            self.fail(f"broker {self.endpoint.advertised} answered with invalid Kafka: {error}")
-            return
-        for chunk in chunks:
-            self.transport.write(chunk)
-        if self.recording is not None:
-            self.recording.to_client(chunks)
+        self._ending = True
+        for pump in self.pumps:
+            pump.stop()
+        self._spawn(self._explain(error))
 
-    def upstream_lost(self, reason: str | None) -> None:
+    async def _explain(self, error: OSError | None) -> None:
+        assert self.upstream is not None
+        reason = await self.upstream.why_ended(error)
         if reason:
             self.fail(f"upstream {self.endpoint.advertised}: {reason}")
         else:
             self.close()
-
-    def upstream_pause_writing(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def upstream_resume_writing(self) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.resume_reading()
 
     # -- ending -----------------------------------------------------------------------------
 
@@ -155,16 +159,53 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        """Read no more; deliver what was already read (up to LINGER), then let go."""
         if self._closed:
             return
         self._closed = True
         self.endpoint.connections -= 1
         if self.recording is not None:
             self.recording.closed()
-        if self._connecting is not None and not self._connecting.done():
-            self._connecting.cancel()
-        if self.transport is not None:
-            self.transport.close()
+        for pump in self.pumps:
+            pump.stop()
+        if self.upstream is None:  # still connecting: no more of that
+            for task in list(self._tasks):
+                task.cancel()
+        self._spawn(self._finish())
+
+    async def _finish(self) -> None:
+        if any(pump.pending for pump in self.pumps):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(pump.drained() for pump in self.pumps)), LINGER
+                )
+        for pump in self.pumps:
+            pump.close()
+        if self.sock is not None:
+            self.sock.close()
         if self.upstream is not None:
             self.upstream.close()
+            self.upstream.release()
+        self._done.set()
         self.on_close(self)
+
+    async def wait_closed(self) -> None:
+        """Until the connection has let go of its client and its upstream."""
+        await self._done.wait()
+
+    def _spawn(self, work: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _discard(opening: asyncio.Future[Upstream]) -> None:
+    """Close the stream an abandoned open gives, now or whenever it comes."""
+
+    def discard(done: asyncio.Future[Upstream]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            upstream = done.result()
+            upstream.close()
+            upstream.release()
+
+    opening.add_done_callback(discard)

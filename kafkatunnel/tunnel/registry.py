@@ -39,6 +39,7 @@ class Endpoint:
     extra: dict[str, str] = field(default_factory=dict)
     api_requests: dict[int, int] = field(default_factory=dict)  # per API key
     rewrites: int = 0  # answers rewritten, of closed connections
+    spliced: int = 0  # bytes moved without entering Python (splice), of closed connections
     answer_errors: dict[int, int] = field(default_factory=dict)  # of closed connections
 
     @property

@@ -9,8 +9,6 @@ await tunnel.stop()
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
 import os
 import socket
@@ -33,6 +31,7 @@ from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
+from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import Address, ClientConnection
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 
@@ -41,10 +40,6 @@ log = logging.getLogger("kafkatunnel.tunnel")
 # Responses that list brokers: learn them all (in node-id order) before rewriting any.
 DISCOVERY_APIS = (3, 10, 60)
 MODES = ("rewrite", "transparent")
-
-
-class PortInUse(RuntimeError):
-    """A listener's port is taken; the message names the port and the flag that changes it."""
 
 
 @dataclass
@@ -65,6 +60,7 @@ class TunnelConfig:
     record_dir: Path | None = None  # write pcapng recordings here
     record_rotate_bytes: int = DEFAULT_ROTATE_BYTES
     record_payloads: bool = False  # keep Produce/Fetch record data in recordings
+    zero_copy: bool = True  # splice bytes that pass unread (Linux); off: read every byte
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -73,26 +69,6 @@ class TunnelConfig:
             raise ValueError(
                 "transparent mode needs the DNS shim (--dns): clients keep the brokers' own names"
             )
-
-
-def bind_listener(host: str, port: int, flag: str) -> socket.socket:
-    """A listening socket, bound now (so clients can queue at once), or PortInUse."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        if error.errno == errno.EADDRINUSE:
-            raise PortInUse(
-                f"port {port} on {host} is already in use (another tunnel, or a "
-                f"`kubectl port-forward`?); choose another with {flag}"
-            ) from None
-        raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; see {flag}") from None
-    sock.listen(512)
-    sock.setblocking(False)
-    return sock
 
 
 class Tunnel:
@@ -116,7 +92,7 @@ class Tunnel:
             self.dns = DnsServer(self.zone, *config.dns_listen)
         self.caps = rewrite_caps()
         self.connections: set[ClientConnection] = set()
-        self.servers: list[asyncio.Server] = []
+        self.servers: list[Acceptor] = []
         self.control: ControlServer | None = None
         self.started_at = time.time()
         self.notes: list[str] = []
@@ -194,14 +170,14 @@ class Tunnel:
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
-        for connection in list(self.connections):
-            connection.close()  # its upstream joins _draining
+        connections = list(self.connections)
+        for connection in connections:
+            connection.close()  # once it has let go, its upstream joins _draining
+        if connections:
+            await asyncio.wait([asyncio.ensure_future(c.wait_closed()) for c in connections])
         if self._draining:
             waits = [asyncio.ensure_future(u.wait_closed()) for u in self._draining]
             await asyncio.wait(waits, timeout=5)
-        for server in self.servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
         for task in list(self._pending):
             task.cancel()
         await asyncio.sleep(0)  # let cancelled tasks finish
@@ -216,9 +192,9 @@ class Tunnel:
     # -- listeners --------------------------------------------------------------------------
 
     async def _serve(self, sock: socket.socket, endpoint: Endpoint) -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: self._connection(endpoint), sock=sock)
-        self.servers.append(server)
+        acceptor = Acceptor(sock, lambda conn: self._connection(endpoint).start(conn))
+        acceptor.start()
+        self.servers.append(acceptor)
         endpoint.state = "listening"
 
     def _open_broker(self, endpoint: Endpoint) -> None:
@@ -262,6 +238,7 @@ class Tunnel:
             self.config.connect_timeout,
             self._closed,
             self._record if self.recorder is not None else None,
+            self.config.zero_copy,
         )
         self.connections.add(connection)
         return connection
@@ -277,6 +254,7 @@ class Tunnel:
         self.connections.discard(connection)
         stats, endpoint = connection.exchange.stats, connection.endpoint
         endpoint.rewrites += stats.rewritten
+        endpoint.spliced += connection.spliced
         for code, count in stats.errors.items():
             endpoint.answer_errors[code] = endpoint.answer_errors.get(code, 0) + count
         upstream = connection.upstream
@@ -344,10 +322,12 @@ class Tunnel:
         """Prometheus text: per broker (node="bootstrap" for the bootstrap listener)."""
         endpoints = self.endpoints()
         rewrites = {id(e): e.rewrites for e in endpoints}
+        spliced = {id(e): e.spliced for e in endpoints}
         errors = {id(e): dict(e.answer_errors) for e in endpoints}
         for connection in self.connections:  # and what open connections did so far
             key = id(connection.endpoint)
             rewrites[key] = rewrites.get(key, 0) + connection.exchange.stats.rewritten
+            spliced[key] = spliced.get(key, 0) + connection.spliced
             into = errors.setdefault(key, {})
             for code, count in connection.exchange.stats.errors.items():
                 into[code] = into.get(code, 0) + count
@@ -371,6 +351,10 @@ class Tunnel:
         lines.append("# TYPE kafkatunnel_rewrites_total counter")
         lines.extend(
             f"kafkatunnel_rewrites_total{{{_labels(e)}}} {rewrites[id(e)]}" for e in endpoints
+        )
+        lines.append("# TYPE kafkatunnel_spliced_bytes_total counter")
+        lines.extend(
+            f"kafkatunnel_spliced_bytes_total{{{_labels(e)}}} {spliced[id(e)]}" for e in endpoints
         )
         lines.append("# TYPE kafkatunnel_forward_restarts_total counter")
         for e in endpoints:

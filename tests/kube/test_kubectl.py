@@ -249,7 +249,7 @@ def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World) -> No
         forwarder = KubectlForwarder(Kubectl(namespace="kafka"), ready_timeout=3)
         await forwarder.prepare()
         try:
-            await forwarder.open(cluster.mock[0].host, cluster.mock[0].port, None)  # type: ignore[arg-type]
+            await forwarder.open(cluster.mock[0].host, cluster.mock[0].port)
         finally:
             await forwarder.close()
 

@@ -102,9 +102,7 @@ def test_port_in_use_fails_at_start_naming_port_and_flag(cluster: LocalCluster) 
 
 def test_listeners_bind_to_loopback_only(cluster: LocalCluster, make_tunnel: MakeTunnel) -> None:
     tunnel = make_tunnel()
-    addresses = {
-        sock.getsockname()[0] for server in tunnel.tunnel.servers for sock in server.sockets
-    }
+    addresses = {server.sock.getsockname()[0] for server in tunnel.tunnel.servers}
     assert len(tunnel.tunnel.servers) == 4  # bootstrap + 3 brokers
     assert addresses == {"127.0.0.1"}
 

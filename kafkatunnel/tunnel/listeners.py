@@ -1,0 +1,89 @@
+"""Listening sockets: bound at once (clients may queue before the loop accepts), and an
+Acceptor that hands each connection over as a plain non-blocking socket, for the relay to
+drive by its descriptor."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+
+log = logging.getLogger("kafkatunnel.listeners")
+ACCEPT_BURST = 64  # connections taken per wake-up
+BACKOFF = 1.0  # seconds without accepting after running out of descriptors
+
+
+class PortInUse(RuntimeError):
+    """A listener's port is taken; the message names the port and the flag that changes it."""
+
+
+def bind_listener(host: str, port: int, flag: str) -> socket.socket:
+    """A listening socket, bound now (so clients can queue at once), or PortInUse."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise PortInUse(
+                f"port {port} on {host} is already in use (another tunnel, or a "
+                f"`kubectl port-forward`?); choose another with {flag}"
+            ) from None
+        raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; see {flag}") from None
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+class Acceptor:
+    """Accepts on a bound listening socket and passes each connection on."""
+
+    def __init__(self, sock: socket.socket, on_connection: Callable[[socket.socket], None]) -> None:
+        self.sock = sock
+        self.on_connection = on_connection
+        self.loop = asyncio.get_running_loop()
+        self._watching = False
+        self._closed = False
+
+    def start(self) -> None:
+        if not self._closed and not self._watching:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+            self._watching = True
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as error:  # out of descriptors: pause rather than spin
+                log.warning(
+                    "%s: cannot accept (%s); retrying in %gs (raise `ulimit -n`?)",
+                    self.address, error.strerror, BACKOFF,
+                )  # fmt: skip
+                self._unwatch()
+                self.loop.call_later(BACKOFF, self.start)
+                return
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.on_connection(conn)
+
+    @property
+    def address(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self.loop.remove_reader(self.sock.fileno())
+            self._watching = False
+
+    def close(self) -> None:
+        self._unwatch()
+        if not self._closed:
+            self._closed = True
+            self.sock.close()

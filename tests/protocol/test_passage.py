@@ -1,0 +1,181 @@
+"""The Exchange: one connection's two directions, frame by frame. Whatever the chunking, and
+whichever bytes the I/O layer takes past it unread (splice), requests come out byte for
+byte, responses come out rewritten exactly where they can name a broker, and every response
+finds the request it answers."""
+
+from __future__ import annotations
+
+import datetime
+import random
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.find_coordinator.v4.response import Coordinator, FindCoordinatorResponse
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v9.response import ProduceResponse
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.static.primitive import i32Timedelta
+
+from kafkatunnel.protocol.framing import frame
+from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe
+from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
+from tests.kio_messages import encode, request_frame, response_frame
+
+NO_TIME = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def tunnel_mapper(address: BrokerAddress) -> tuple[str, int]:
+    return ("127.0.0.1", 19093 + address.node_id)
+
+
+def _produce(correlation_id: int, acks: int, records: int) -> bytes:
+    data = PartitionProduceData(index=0, records=random.randbytes(records))  # type: ignore[arg-type]
+    message = ProduceRequest(
+        transactional_id=None,
+        acks=acks,  # type: ignore[arg-type]
+        timeout=NO_TIME,
+        topic_data=(TopicProduceData(name="t", partition_data=(data,)),),  # type: ignore[arg-type]
+    )
+    return request_frame(message, correlation_id)
+
+
+def _fetch_request(correlation_id: int, body: int) -> bytes:
+    """A Fetch v12 request: the Exchange reads only its header, so its body is any bytes."""
+    header = RequestHeader(
+        request_api_key=1,  # type: ignore[arg-type]
+        request_api_version=12,  # type: ignore[arg-type]
+        correlation_id=correlation_id,  # type: ignore[arg-type]
+        client_id="tests",
+    )
+    return frame(encode(header) + random.randbytes(body))
+
+
+def conversation(sizes: list[int]) -> tuple[bytes, bytes, bytes]:
+    """(requests, responses, responses as the client must receive them)."""
+    big = iter(sizes)
+    brokers = tuple(
+        MetadataResponseBroker(node_id=n, host=f"kafka-{n}.kafka", port=9092, rack=None)  # type: ignore[arg-type]
+        for n in range(3)
+    )
+    metadata = MetadataResponse(
+        throttle_time=NO_TIME,
+        brokers=brokers,
+        cluster_id="c",
+        controller_id=0,  # type: ignore[arg-type]
+        topics=(),
+    )
+    found = Coordinator(
+        key="g",
+        node_id=2,  # type: ignore[arg-type]
+        host="kafka-2.kafka",
+        port=9092,  # type: ignore[arg-type]
+        error_code=ErrorCode.none,
+        error_message=None,
+    )
+    coordinator = FindCoordinatorResponse(throttle_time=NO_TIME, coordinators=(found,))
+    produced = ProduceResponse(responses=(), throttle_time=NO_TIME)
+    ask = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    requests = [
+        request_frame(ask, 1),
+        _fetch_request(2, next(big)),
+        _produce(3, acks=0, records=next(big)),  # no answer
+        request_frame(FindCoordinatorRequest(key_type=0, coordinator_keys=("g",)), 4),  # type: ignore[arg-type]
+        _produce(5, acks=1, records=next(big)),
+    ]
+    answers = [
+        (3, 12, response_frame(3, 12, encode(metadata), 1)),
+        (1, 12, response_frame(1, 12, random.randbytes(next(big)), 2)),  # records, unread
+        (10, 4, response_frame(10, 4, encode(coordinator), 4)),
+        (0, 9, response_frame(0, 9, encode(produced), 5)),
+    ]
+    received = b"".join(
+        rewrite_response(wire, key, version, tunnel_mapper).frame if key in (3, 10) else wire
+        for key, version, wire in answers
+    )
+    return b"".join(requests), b"".join(wire for _, _, wire in answers), received
+
+
+def drive(direction: Direction, stream: bytes, cuts: list[int], unread: list[bool]) -> bytes:
+    """What comes out of `direction` for `stream`, fed in pieces of the sizes in `cuts`;
+    where `unread` says so, bytes it lets pass unread go past it, as splice moves them."""
+    out: list[Chunk] = []
+    position = step = 0
+    while position < len(stream):
+        size = cuts[step % len(cuts)]
+        if unread[step % len(unread)] and direction.unread:
+            size = min(size, direction.unread, len(stream) - position)
+            direction.skip(size)
+            out.append(stream[position : position + size])
+        else:
+            out.extend(direction.feed(stream[position : position + size]))
+        position += size
+        step += 1
+    direction.close()
+    return b"".join(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 300_000), min_size=4, max_size=4),
+    cuts=st.lists(st.integers(1, 70_000), min_size=1, max_size=8),
+    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+)
+def test_any_chunking_and_any_splicing_give_the_same_bytes(
+    sizes: list[int], cuts: list[int], unread: list[bool]
+) -> None:
+    requests, responses, received = conversation(sizes)
+    exchange = Exchange(tunnel_mapper, rewrite_caps())
+
+    assert drive(exchange.requests, requests, cuts, unread) == requests
+    assert exchange.waiting == 4  # the acks=0 Produce expects no answer
+    assert exchange.stats.requests == {3: 1, 1: 1, 0: 2, 10: 1}
+
+    assert drive(exchange.responses, responses, cuts, unread) == received
+    assert exchange.waiting == 0
+    assert exchange.stats.rewritten == 2
+
+
+def test_a_large_frame_may_pass_unread_after_its_head() -> None:
+    requests, _, _ = conversation([200_000, 0, 0, 0])  # a Fetch request of 200 kB second
+    exchange = Exchange(tunnel_mapper, rewrite_caps())
+    first = int.from_bytes(requests[:4], "big") + 4
+    second = int.from_bytes(requests[first : first + 4], "big") + 4
+
+    exchange.requests.feed(requests[: first + 16_384])
+    assert exchange.requests.unread == second - 16_384
+    with pytest.raises(ValueError, match="only"):
+        exchange.requests.skip(exchange.requests.unread + 1)
+    exchange.requests.skip(second - 16_384)
+    assert exchange.requests.unread == 0
+    assert exchange.requests.feed(requests[first + second :]) != []
+    assert exchange.waiting == 4
+
+
+def test_a_frame_to_rewrite_is_held_whole_and_awaited() -> None:
+    requests, responses, _ = conversation([0, 0, 0, 0])
+    exchange = Exchange(tunnel_mapper, rewrite_caps())
+    exchange.requests.feed(requests)
+    metadata_size = int.from_bytes(responses[:4], "big") + 4
+
+    assert exchange.responses.feed(responses[:20]) == []
+    assert exchange.responses.unread == 0  # a Metadata answer is rewritten: none passes unread
+    assert exchange.responses.awaited == metadata_size - 20
+    out = exchange.responses.feed(responses[20:metadata_size])
+    assert b"kafka-1.kafka" not in b"".join(out)
+    assert exchange.responses.awaited == 0
+
+
+def test_transparent_mode_lets_everything_pass_unread() -> None:
+    pipe = Pipe()
+    for direction in (pipe.requests, pipe.responses):
+        assert direction.unread == sys.maxsize
+        assert direction.awaited == 0
+        assert direction.feed(b"\x16\x03\x01 a TLS record") == [b"\x16\x03\x01 a TLS record"]
