@@ -1,16 +1,20 @@
 """Throughput and latency through kafkatunnel, side by side with the alternatives.
 
-    .venv/bin/python scripts/bench_tunnel.py [--rounds 3] [--messages 100000]
+    .venv/bin/python scripts/bench_tunnel.py [--rounds 5] [--messages 300000]
 
-Four paths to a tansu broker on this machine's loopback, each its own broker process:
+Paths to a tansu broker on this machine's loopback, each its own broker process:
   direct       the client talks to the broker
   socat        a plain TCP relay (the broker advertises the relay's address)
   tansu-proxy  `tansu proxy`, a Rust Kafka proxy (same binary as the broker)
   kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
-               a Kubernetes name that only the tunnel's rewriting makes usable
-Rounds interleave the paths, so the machine's noise falls on all of them alike. Produce:
-N x 1 KiB, acks=1; consume: the same N from the start; latency: Metadata round trips on
-one connection (each rewritten by the proxies that rewrite).
+               a Kubernetes name that only the tunnel's rewriting makes usable; variants
+               on asyncio's own loop and without zero-copy (--no-zero-copy) on request
+Rounds interleave the paths in random order, so the machine's noise falls on all of them
+alike, and every measurement starts on a fresh broker (an in-memory broker that kept each
+round's data grew slower from round to round). Produce: N x 1 KiB, acks=1; consume: the
+same N from the start; latency: Metadata round trips on one connection (each rewritten by
+the proxies that rewrite). "vs direct" is the median over rounds of the ratio within the
+round; relay CPU is the relay processes' CPU time per MB produced.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ VALUE = 1024
 class Path_:
     name: str
     bootstrap: str = ""
-    processes: list[ManagedProcess] = field(default_factory=list)
+    processes: list[ManagedProcess] = field(default_factory=list)  # the broker first
+    broker_port: int = 0
+    advertised: str = ""
     produce: list[float] = field(default_factory=list)
     consume: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
     relay_cpu: list[float] = field(default_factory=list)  # relay CPU ms per MB produced
+
+    def fresh_broker(self) -> None:
+        self.processes[0].stop()
+        self.processes[0] = broker(self.broker_port, self.advertised)
 
     def relay_pids(self) -> list[int]:
         """The relay's processes and their children (socat forks one per connection)."""
@@ -100,14 +110,17 @@ def broker(listen: int, advertised: str) -> ManagedProcess:
     return start_tansu(listen, advertised, silent=True)
 
 
-def start_paths(loops: list[str]) -> list[Path_]:
+def _path(name: str, bootstrap: str, port: int, advertised: str) -> Path_:
+    return Path_(name, bootstrap, [broker(port, advertised)], port, advertised)
+
+
+def start_paths(tunnels: list[str]) -> list[Path_]:
     paths = []
     p = free_port()
-    direct = Path_("direct", f"127.0.0.1:{p}", [broker(p, f"127.0.0.1:{p}")])
-    paths.append(direct)
+    paths.append(_path("direct", f"127.0.0.1:{p}", p, f"127.0.0.1:{p}"))
 
     p, q = free_port(), free_port()
-    relay = Path_("socat", f"127.0.0.1:{q}", [broker(p, f"127.0.0.1:{q}")])
+    relay = _path("socat", f"127.0.0.1:{q}", p, f"127.0.0.1:{q}")
     socat = ManagedProcess(
         [
             "socat",
@@ -121,7 +134,7 @@ def start_paths(loops: list[str]) -> list[Path_]:
     paths.append(relay)
 
     p, q = free_port(), free_port()
-    proxied = Path_("tansu-proxy", f"127.0.0.1:{q}", [broker(p, f"127.0.0.1:{p}")])
+    proxied = _path("tansu-proxy", f"127.0.0.1:{q}", p, f"127.0.0.1:{p}")
     proxy = ManagedProcess(
         [
             tansu_binary(), "proxy", "--listener-url", f"tcp://127.0.0.1:{q}",
@@ -134,15 +147,17 @@ def start_paths(loops: list[str]) -> list[Path_]:
     proxied.processes.append(proxy)
     paths.append(proxied)
 
-    for loop in loops:
+    for variant in tunnels:
+        loop, _, copy = variant.partition("-")
+        flags = ["--loop", loop] + (["--no-zero-copy"] if copy else [])
+        name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
         p, q = free_port(), free_port()
-        name = "kafkatunnel" + ("" if loop == "uvloop" else f" ({loop})")
-        tunneled = Path_(name, f"127.0.0.1:{q}", [broker(p, f"{TANSU_HOST}:{p}")])
+        tunneled = _path(name, f"127.0.0.1:{q}", p, f"{TANSU_HOST}:{p}")
         up = ManagedProcess(
             [
                 sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", f"{TANSU_HOST}:{p}",
                 "--via", "direct", "--map", f"{TANSU_HOST}:{p}=127.0.0.1:{p}",
-                "--listen", f"127.0.0.1:{q}", "--no-table", "--loop", loop,
+                "--listen", f"127.0.0.1:{q}", "--no-table", *flags,
             ],
             name=name,
             env={"KAFKATUNNEL_STATE_DIR": f"/tmp/kafkatunnel-bench-{os.getpid()}"},
@@ -217,15 +232,17 @@ def latency(bootstrap: str, requests: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument(
-        "--loops", default="uvloop,asyncio", help="event loops to run kafkatunnel on, each a path"
+        "--tunnels",
+        default="uvloop,uvloop-copy,asyncio",
+        help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy",
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
     args = parser.parse_args()
-    paths = start_paths(args.loops.split(","))
+    paths = start_paths(args.tunnels.split(","))
     if args.paths:
         wanted = set(args.paths.split(","))
         for path in paths:
@@ -238,6 +255,7 @@ def main() -> None:
             order = paths[:]
             random.shuffle(order)
             for path in order:
+                path.fresh_broker()
                 topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
                 before = cpu_seconds(path.relay_pids())
                 path.produce.append(produce(path.bootstrap, topic, args.messages))
@@ -263,24 +281,35 @@ def main() -> None:
 def report(paths: list[Path_], args: argparse.Namespace) -> None:
     direct = paths[0]
     med = statistics.median
+
+    def versus(path: Path_, attribute: str) -> float:
+        mine: list[float] = getattr(path, attribute)
+        theirs: list[float] = getattr(direct, attribute)
+        return med(a / b for a, b in zip(mine, theirs, strict=True))
+
     print(f"\n{args.rounds} rounds, {args.messages:,} x {VALUE} B, acks=1; medians over rounds\n")
     print(
-        "| path | produce MB/s | vs direct | consume MB/s | vs direct | p50 ms | p99 ms | added |"
+        "| path | produce MB/s | vs direct | consume MB/s | vs direct | p50 ms | p99 ms | added "
+        "| relay CPU ms/MB |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for path in paths:
-        produced, consumed, p99 = med(path.produce), med(path.consume), med(path.p99)
         cells = [
             path.name,
-            f"{produced:.0f}",
-            f"{produced / med(direct.produce):.0%}",
-            f"{consumed:.0f}",
-            f"{consumed / med(direct.consume):.0%}",
+            f"{med(path.produce):.0f}",
+            f"{versus(path, 'produce'):.0%}",
+            f"{med(path.consume):.0f}",
+            f"{versus(path, 'consume'):.0%}",
             f"{med(path.p50):.3f}",
-            f"{p99:.3f}",
-            f"{p99 - med(direct.p99):+.3f}",
+            f"{med(path.p99):.3f}",
+            f"{med(path.p99) - med(direct.p99):+.3f}",
+            f"{med(path.relay_cpu):.2f}",
         ]
         print("| " + " | ".join(cells) + " |")
+    print("\nproduce vs direct, round by round:")
+    for path in paths[1:]:
+        ratios = (a / b for a, b in zip(path.produce, direct.produce, strict=True))
+        print(f"  {path.name}: " + ", ".join(f"{r:.0%}" for r in ratios))
 
 
 if __name__ == "__main__":

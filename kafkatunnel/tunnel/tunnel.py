@@ -32,7 +32,7 @@ from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
-from kafkatunnel.tunnel.proxy import Address, ClientConnection
+from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 
 log = logging.getLogger("kafkatunnel.tunnel")
@@ -174,7 +174,8 @@ class Tunnel:
         for connection in connections:
             connection.close()  # once it has let go, its upstream joins _draining
         if connections:
-            await asyncio.wait([asyncio.ensure_future(c.wait_closed()) for c in connections])
+            waits = [asyncio.ensure_future(c.wait_closed()) for c in connections]
+            await asyncio.wait(waits, timeout=LINGER + 1)
         if self._draining:
             waits = [asyncio.ensure_future(u.wait_closed()) for u in self._draining]
             await asyncio.wait(waits, timeout=5)
