@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class Path_:
     processes: list[ManagedProcess] = field(default_factory=list)  # the broker first
     broker_port: int = 0
     advertised: str = ""
+    restart: Callable[[], ManagedProcess] | None = None  # a relay that outlives no broker
     produce: list[float] = field(default_factory=list)
     consume: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
@@ -58,6 +60,9 @@ class Path_:
     def fresh_broker(self) -> None:
         self.processes[0].stop()
         self.processes[0] = broker(self.broker_port, self.advertised)
+        if self.restart is not None:  # tansu proxy keeps its connections to the old broker
+            self.processes[1].stop()
+            self.processes[1] = self.restart()
 
     def relay_pids(self) -> list[int]:
         """The relay's processes and their children (socat forks one per connection)."""
@@ -114,7 +119,7 @@ def _path(name: str, bootstrap: str, port: int, advertised: str) -> Path_:
     return Path_(name, bootstrap, [broker(port, advertised)], port, advertised)
 
 
-def start_paths(tunnels: list[str]) -> list[Path_]:
+def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     paths = []
     p = free_port()
     paths.append(_path("direct", f"127.0.0.1:{p}", p, f"127.0.0.1:{p}"))
@@ -135,21 +140,27 @@ def start_paths(tunnels: list[str]) -> list[Path_]:
 
     p, q = free_port(), free_port()
     proxied = _path("tansu-proxy", f"127.0.0.1:{q}", p, f"127.0.0.1:{p}")
-    proxy = ManagedProcess(
-        [
-            tansu_binary(), "proxy", "--listener-url", f"tcp://127.0.0.1:{q}",
-            "--advertised-listener-url", f"tcp://127.0.0.1:{q}",
-            "--origin-url", f"tcp://127.0.0.1:{p}",
-        ],
-        name="tansu-proxy",
-    )  # fmt: skip
-    _listening(q, proxy)
-    proxied.processes.append(proxy)
+
+    def tansu_proxy(listen: int = q, origin: int = p) -> ManagedProcess:
+        proxy = ManagedProcess(
+            [
+                tansu_binary(), "proxy", "--listener-url", f"tcp://127.0.0.1:{listen}",
+                "--advertised-listener-url", f"tcp://127.0.0.1:{listen}",
+                "--origin-url", f"tcp://127.0.0.1:{origin}",
+            ],
+            name="tansu-proxy",
+        )  # fmt: skip
+        _listening(listen, proxy)
+        return proxy
+
+    proxied.processes.append(tansu_proxy())
+    proxied.restart = tansu_proxy
     paths.append(proxied)
 
     for variant in tunnels:
-        loop, _, copy = variant.partition("-")
-        flags = ["--loop", loop] + (["--no-zero-copy"] if copy else [])
+        loop, _, kind = variant.partition("-")  # kind: "", "copy", or "baseline"
+        flags = ["--loop", loop] + (["--no-zero-copy"] if kind == "copy" else [])
+        code = {"PYTHONPATH": baseline} if kind == "baseline" and baseline else {}
         name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
         p, q = free_port(), free_port()
         tunneled = _path(name, f"127.0.0.1:{q}", p, f"{TANSU_HOST}:{p}")
@@ -160,7 +171,7 @@ def start_paths(tunnels: list[str]) -> list[Path_]:
                 "--listen", f"127.0.0.1:{q}", "--no-table", *flags,
             ],
             name=name,
-            env={"KAFKATUNNEL_STATE_DIR": f"/tmp/kafkatunnel-bench-{os.getpid()}"},
+            env={"KAFKATUNNEL_STATE_DIR": f"/tmp/kafkatunnel-bench-{os.getpid()}", **code},
         )  # fmt: skip
         up.wait_for_line(r"^bootstrap\.servers=", timeout=30)
         tunneled.processes.append(up)
@@ -241,8 +252,20 @@ def main() -> None:
         help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy",
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
+    parser.add_argument(
+        "--baseline",
+        help="also run kafkatunnel from this source tree (e.g. a git worktree of an earlier "
+        "commit) as the path kafkatunnel-uvloop-baseline",
+    )
+    parser.add_argument(
+        "--same-broker",
+        action="store_true",
+        help="keep each path's broker across rounds: it slows as its in-memory log grows, "
+        "so relays write to a broker that often cannot take more (a slow upstream)",
+    )
     args = parser.parse_args()
-    paths = start_paths(args.tunnels.split(","))
+    tunnels = args.tunnels.split(",") + (["uvloop-baseline"] if args.baseline else [])
+    paths = start_paths(tunnels, args.baseline)
     if args.paths:
         wanted = set(args.paths.split(","))
         for path in paths:
@@ -255,7 +278,8 @@ def main() -> None:
             order = paths[:]
             random.shuffle(order)
             for path in order:
-                path.fresh_broker()
+                if not args.same_broker:
+                    path.fresh_broker()
                 topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
                 before = cpu_seconds(path.relay_pids())
                 path.produce.append(produce(path.bootstrap, topic, args.messages))
