@@ -221,20 +221,6 @@ class Exchange:
         self.requests: Direction = _Requests(self, max_frame_size)
         self.responses: Direction = _Responses(self, max_frame_size)
 
-    def from_client(self, data: bytes) -> list[Chunk]:
-        """What to send to the broker for `data` from the client (the same bytes)."""
-        return self.requests.feed(data)
-
-    def from_broker(self, data: bytes) -> list[Chunk]:
-        """What to send to the client for `data` from the broker."""
-        return self.responses.feed(data)
-
-    def client_closed(self) -> None:
-        self.requests.close()
-
-    def broker_closed(self) -> None:
-        self.responses.close()
-
     @property
     def waiting(self) -> int:
         return len(self.tracker)
@@ -306,15 +292,3 @@ class Pipe:
         self.stats = ExchangeStats()
         self.requests: Direction = _Untouched()
         self.responses: Direction = _Untouched()
-
-    def from_client(self, data: bytes) -> list[Chunk]:
-        return [data]
-
-    def from_broker(self, data: bytes) -> list[Chunk]:
-        return [data]
-
-    def client_closed(self) -> None:
-        return None
-
-    def broker_closed(self) -> None:
-        return None
