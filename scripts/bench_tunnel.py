@@ -160,13 +160,14 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     for variant in tunnels:
         loop, _, kind = variant.partition("-")  # kind: "", "copy", or "baseline"
         flags = ["--loop", loop] + (["--no-zero-copy"] if kind == "copy" else [])
+        # -P: not the working directory first on sys.path, so PYTHONPATH picks the tree
         code = {"PYTHONPATH": baseline} if kind == "baseline" and baseline else {}
         name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
         p, q = free_port(), free_port()
         tunneled = _path(name, f"127.0.0.1:{q}", p, f"{TANSU_HOST}:{p}")
         up = ManagedProcess(
             [
-                sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", f"{TANSU_HOST}:{p}",
+                sys.executable, "-P", "-m", "kafkatunnel", "up", "--bootstrap", f"{TANSU_HOST}:{p}",
                 "--via", "direct", "--map", f"{TANSU_HOST}:{p}=127.0.0.1:{p}",
                 "--listen", f"127.0.0.1:{q}", "--no-table", *flags,
             ],
