@@ -8,6 +8,7 @@ plus tagged fields (v1) for flexible versions, except ApiVersions which always a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from kafkatunnel.protocol import wire
@@ -29,12 +30,14 @@ class RequestHeader:
     body_offset: int | None  # where the body starts in the frame; None if the version is unknown
 
 
+@functools.cache  # asked once per frame, of a handful of distinct (key, version) pairs
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if is_flexible(api_key, api_version) else 1
 
 
+@functools.cache
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_VERSIONS:
         return 0

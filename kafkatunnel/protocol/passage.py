@@ -26,7 +26,15 @@ from kafkatunnel.protocol.headers import (
     response_correlation_id,
     top_level_error,
 )
-from kafkatunnel.protocol.rewrite import Mapper, Rewritten, needs_rewrite, rewrite_response
+from kafkatunnel.protocol.rewrite import (
+    BrokerAddress,
+    Mapper,
+    Rewritten,
+    UnknownBroker,
+    addresses_in,
+    needs_rewrite,
+    rewrite_response,
+)
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
@@ -207,7 +215,7 @@ class Exchange:
         caps: dict[int, range],
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        before_rewrite: Callable[[InFlight, bytes], None] | None = None,
+        learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         on_response: Callable[[InFlight, bytes | None], None] | None = None,
         on_request: Callable[[RequestHeader], None] | None = None,
     ) -> None:
@@ -215,7 +223,7 @@ class Exchange:
         self.caps = caps
         self.tracker = CorrelationTracker()
         self.stats = ExchangeStats()
-        self._before_rewrite = before_rewrite
+        self._learn = learn
         self._on_response = on_response
         self._on_request = on_request
         self.requests: Direction = _Requests(self, max_frame_size)
@@ -236,11 +244,14 @@ class Exchange:
             capped = cap_api_versions(whole, request.api_version, self.caps)
             self.stats.capped += capped is not whole
             return capped
-        if self._before_rewrite is not None:
-            self._before_rewrite(request, whole)
-        result: Rewritten = rewrite_response(
-            whole, request.api_key, request.api_version, self.mapper
-        )
+        key, version = request.api_key, request.api_version
+        try:
+            result: Rewritten = rewrite_response(whole, key, version, self.mapper)
+        except UnknownBroker:
+            if self._learn is None:
+                raise
+            self._learn(addresses_in(whole, key, version))  # new brokers get listeners first
+            result = rewrite_response(whole, key, version, self.mapper)
         self.stats.rewritten += result.changed
         return result.frame
 

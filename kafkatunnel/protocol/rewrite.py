@@ -47,7 +47,14 @@ class BrokerAddress:
 
 
 Mapper = Callable[[BrokerAddress], tuple[str, int] | None]
-"""Given an advertised broker address, the address clients should see (None: unchanged)."""
+"""Given an advertised broker address, the address clients should see (None: unchanged).
+May raise UnknownBroker instead, to have the caller learn the answer's brokers first."""
+
+
+class UnknownBroker(Exception):
+    """Raised by a mapper for an address it has no tunnel address for yet. Not a protocol
+    error: the caller learns every address the answer names (addresses_in), in node-id
+    order, and rewrites again, so a known-brokers answer is walked once, not twice."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,6 +168,7 @@ def api_title(api_key: int) -> str:
     return "".join(part.capitalize() for part in api_name(api_key).split("_"))
 
 
+@functools.cache
 def known_versions(api_key: int) -> range:
     versions = sorted(schema_name_map[api_name(api_key)])
     return range(versions[0], versions[-1] + 1)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kafkatunnel.protocol.headers import RequestHeader
-from kafkatunnel.protocol.rewrite import BrokerAddress
+from kafkatunnel.protocol.rewrite import BrokerAddress, UnknownBroker
 
 
 @dataclass
@@ -134,14 +134,15 @@ class BrokerRegistry:
         return new
 
     def map(self, address: BrokerAddress) -> tuple[str, int]:
-        """The rewriter's mapper: the tunnel address standing for `address`."""
+        """The rewriter's mapper: the tunnel address standing for `address`; UnknownBroker
+        for a broker not learnt yet, or one that moved (learn() first, then map again)."""
         endpoint = self.brokers.get(address.node_id)
-        if endpoint is None or (endpoint.advertised_host, endpoint.advertised_port) != (
-            address.host,
-            address.port,
+        if (
+            endpoint is None
+            or endpoint.advertised_port != address.port
+            or endpoint.advertised_host != address.host
         ):
-            self.learn([address])
-            endpoint = self.brokers[address.node_id]
+            raise UnknownBroker(address)
         return endpoint.listen_host, endpoint.listen_port
 
     def is_tunnel_address(self, host: str, port: int) -> bool:

@@ -22,11 +22,10 @@ from kafkatunnel.dns.names import Zone, broker_name
 from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
-from kafkatunnel.protocol.correlation import InFlight
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kafkatunnel.protocol.passage import Exchange, Pipe
-from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
+from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
@@ -37,8 +36,6 @@ from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 
 log = logging.getLogger("kafkatunnel.tunnel")
 
-# Responses that list brokers: learn them all (in node-id order) before rewriting any.
-DISCOVERY_APIS = (3, 10, 60)
 MODES = ("rewrite", "transparent")
 
 
@@ -274,13 +271,9 @@ class Tunnel:
             self.registry.map,
             self.caps,
             max_frame_size=self.config.max_frame_size,
-            before_rewrite=self._learn_brokers,
+            learn=self.registry.learn,
             on_request=endpoint.count_request,
         )
-
-    def _learn_brokers(self, request: InFlight, frame: bytes) -> None:
-        if request.api_key in DISCOVERY_APIS:
-            self.registry.learn(addresses_in(frame, request.api_key, request.api_version))
 
     # -- reporting --------------------------------------------------------------------------
 
