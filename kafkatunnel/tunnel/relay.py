@@ -82,6 +82,9 @@ class Pump:
         self._reading = False
         self._writing = False
         self._stopped = False
+        # The last read returned less than it asked for: the source had no more then, so
+        # the next read waits for the loop (which watches level-triggered), not for EAGAIN.
+        self._short = False
         self._drained: asyncio.Future[None] | None = None
 
     @property
@@ -123,7 +126,7 @@ class Pump:
 
     def _readable(self) -> None:
         for _ in range(BURST):
-            if not self._read() or not self._flush():
+            if not self._read() or not self._flush() or self._short:
                 return
 
     def _read(self) -> bool:
@@ -135,6 +138,7 @@ class Pump:
             awaited = self.direction.awaited  # of a frame held whole: read it in bulk
             size = min(max(awaited, self.read_size), READ_SIZE)
             data = os.read(self.source, size)
+            self._short = len(data) < size
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as error:
@@ -158,7 +162,9 @@ class Pump:
         if self._pipe is None:
             self._pipe = _pipe()
         _, into, size = self._pipe
-        moved = os.splice(self.source, into, min(unread, size), flags=_SPLICE_FLAGS)
+        wanted = min(unread, size)
+        moved = os.splice(self.source, into, wanted, flags=_SPLICE_FLAGS)
+        self._short = moved < wanted
         if not moved:
             self._source_ended(None)
             return False
