@@ -9,12 +9,15 @@ Paths to a tansu broker on this machine's loopback, each its own broker process:
   kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
                a Kubernetes name that only the tunnel's rewriting makes usable; variants
                on asyncio's own loop and without zero-copy (--no-zero-copy) on request
-Rounds interleave the paths in random order, so the machine's noise falls on all of them
-alike, and every measurement starts on a fresh broker (an in-memory broker that kept each
-round's data grew slower from round to round). Produce: N x 1 KiB, acks=1; consume: the
-same N from the start; latency: Metadata round trips on one connection (each rewritten by
-the proxies that rewrite). "vs direct" is the median over rounds of the ratio within the
-round; relay CPU is the relay processes' CPU time per MB produced.
+Each round measures the other paths in random order with a direct measurement before and
+after each one (direct, A, direct, B, direct, ...): a path is compared with the mean of the
+two direct measurements around it, so a spell of noise on this shared machine falls on
+both sides of a comparison. Every measurement starts on a fresh broker (an in-memory
+broker that kept each round's data grew slower from round to round). Produce: N x 1 KiB,
+acks=1; consume: the same N from the start; latency: Metadata round trips on one
+connection (each rewritten by the proxies that rewrite). "vs direct" and "added" are
+medians over rounds of those comparisons; relay CPU is the relay processes' CPU time per
+MB produced.
 """
 
 from __future__ import annotations
@@ -56,6 +59,15 @@ class Path_:
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
     relay_cpu: list[float] = field(default_factory=list)  # relay CPU ms per MB produced
+    # against the mean of the direct measurements just before and just after this path's
+    produce_ratio: list[float] = field(default_factory=list)
+    consume_ratio: list[float] = field(default_factory=list)
+    p99_added: list[float] = field(default_factory=list)
+
+    def compare(self, mine: Sample, before: Sample, after: Sample) -> None:
+        self.produce_ratio.append(2 * mine.produce / (before.produce + after.produce))
+        self.consume_ratio.append(2 * mine.consume / (before.consume + after.consume))
+        self.p99_added.append(mine.p99 - (before.p99 + after.p99) / 2)
 
     def fresh_broker(self) -> None:
         self.processes[0].stop()
@@ -246,7 +258,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument(
         "--tunnels",
         default="uvloop,uvloop-copy,asyncio",
@@ -275,27 +287,15 @@ def main() -> None:
                     process.stop()
         paths = [p for p in paths if p.name in wanted]
     try:
+        direct, others = paths[0], paths[1:]
         for round_ in range(args.rounds):
-            order = paths[:]
-            random.shuffle(order)
-            for path in order:
-                if not args.same_broker:
-                    path.fresh_broker()
-                topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
-                before = cpu_seconds(path.relay_pids())
-                path.produce.append(produce(path.bootstrap, topic, args.messages))
-                used = cpu_seconds(path.relay_pids()) - before
-                path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
-                path.consume.append(consume(path.bootstrap, topic, args.messages))
-                p50, p99 = latency(path.bootstrap, args.requests)
-                path.p50.append(p50)
-                path.p99.append(p99)
-                print(
-                    f"round {round_ + 1} {path.name:12} produce {path.produce[-1]:7.1f} MB/s  "
-                    f"consume {path.consume[-1]:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms  "
-                    f"relay CPU {path.relay_cpu[-1]:.2f} ms/MB",
-                    flush=True,
-                )
+            random.shuffle(others)
+            before = measure(direct, round_, args)
+            for path in others:
+                mine = measure(path, round_, args)
+                after = measure(direct, round_, args)
+                path.compare(mine, before, after)
+                before = after
     finally:
         for path in paths:
             for process in path.processes:
@@ -303,15 +303,38 @@ def main() -> None:
     report(paths, args)
 
 
+@dataclass(frozen=True)
+class Sample:
+    produce: float
+    consume: float
+    p50: float
+    p99: float
+
+
+def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
+    if not args.same_broker:
+        path.fresh_broker()
+    topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
+    before = cpu_seconds(path.relay_pids())
+    path.produce.append(produce(path.bootstrap, topic, args.messages))
+    used = cpu_seconds(path.relay_pids()) - before
+    path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
+    path.consume.append(consume(path.bootstrap, topic, args.messages))
+    p50, p99 = latency(path.bootstrap, args.requests)
+    path.p50.append(p50)
+    path.p99.append(p99)
+    print(
+        f"round {round_ + 1} {path.name:12} produce {path.produce[-1]:7.1f} MB/s  "
+        f"consume {path.consume[-1]:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms  "
+        f"relay CPU {path.relay_cpu[-1]:.2f} ms/MB",
+        flush=True,
+    )
+    return Sample(path.produce[-1], path.consume[-1], p50, p99)
+
+
 def report(paths: list[Path_], args: argparse.Namespace) -> None:
     direct = paths[0]
     med = statistics.median
-
-    def versus(path: Path_, attribute: str) -> float:
-        mine: list[float] = getattr(path, attribute)
-        theirs: list[float] = getattr(direct, attribute)
-        return med(a / b for a, b in zip(mine, theirs, strict=True))
-
     print(f"\n{args.rounds} rounds, {args.messages:,} x {VALUE} B, acks=1; medians over rounds\n")
     print(
         "| path | produce MB/s | vs direct | consume MB/s | vs direct | p50 ms | p99 ms | added "
@@ -319,22 +342,23 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for path in paths:
+        mine = path is not direct
         cells = [
             path.name,
             f"{med(path.produce):.0f}",
-            f"{versus(path, 'produce'):.0%}",
+            f"{med(path.produce_ratio):.0%}" if mine else "100%",
             f"{med(path.consume):.0f}",
-            f"{versus(path, 'consume'):.0%}",
+            f"{med(path.consume_ratio):.0%}" if mine else "100%",
             f"{med(path.p50):.3f}",
             f"{med(path.p99):.3f}",
-            f"{med(path.p99) - med(direct.p99):+.3f}",
+            f"{med(path.p99_added):+.3f}" if mine else "+0.000",
             f"{med(path.relay_cpu):.2f}",
         ]
         print("| " + " | ".join(cells) + " |")
-    print("\nproduce vs direct, round by round:")
+    print("\nround by round, vs the direct runs either side (produce / consume / added p99):")
     for path in paths[1:]:
-        ratios = (a / b for a, b in zip(path.produce, direct.produce, strict=True))
-        print(f"  {path.name}: " + ", ".join(f"{r:.0%}" for r in ratios))
+        rows = zip(path.produce_ratio, path.consume_ratio, path.p99_added, strict=True)
+        print(f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{a:+.2f}" for p, c, a in rows))
 
 
 if __name__ == "__main__":
