@@ -35,6 +35,8 @@ from kafkatunnel.protocol.rewrite import (
     needs_rewrite,
     rewrite_response,
 )
+from kafkatunnel.protocol.schema import StructPlan
+from kafkatunnel.protocol.streaming import TAIL, Walk, rewrite_tail, streamable, walk
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
@@ -66,10 +68,13 @@ class _Splitter:
         self._size = -1  # size of the current frame, once its prefix is read
         self._whole = False  # holding the whole current frame
         self._passing = 0  # bytes of the current frame still to pass through
+        self._walk: Walk | None = None  # the current frame is walked as it streams
+        self._left = 0  # bytes of a walked frame not yet taken by its walk
+        self._tail = False  # the walk's current need is the rest of the frame
 
     @property
     def mid_frame(self) -> bool:
-        return bool(self._held) or self._passing > 0
+        return bool(self._held) or self._passing > 0 or self._walk is not None
 
     @property
     def unread(self) -> int:
@@ -80,17 +85,22 @@ class _Splitter:
     @property
     def awaited(self) -> int:
         """Bytes still missing of a frame held whole (the I/O layer reads them in bulk)."""
-        return self._want - len(self._held) if self._whole else 0
+        return self._want - len(self._held) if self._whole or self._tail else 0
 
     def skip(self, count: int) -> None:
         """`count` bytes of the unread remainder went on without passing through feed()."""
         if not 0 <= count <= self._passing:
             raise ValueError(f"cannot skip {count} bytes: only {self._passing} may pass unread")
         self._passing -= count
+        if not self._passing and self._walk is not None:
+            self._step(None, [])  # a walk's next step after records never emits
 
     def feed(self, data: bytes) -> list[Chunk]:
         out: list[Chunk] = []
-        view = memoryview(data)
+        self._feed(memoryview(data), out)
+        return out
+
+    def _feed(self, view: memoryview, out: list[Chunk]) -> None:
         pos, end = 0, len(view)
         while pos < end:
             if self._passing:
@@ -98,30 +108,74 @@ class _Splitter:
                 out.append(view[pos : pos + take])
                 pos += take
                 self._passing -= take
+                if not self._passing and self._walk is not None:
+                    self._step(None, out)
                 continue
             take = min(self._want - len(self._held), end - pos)
             self._held += view[pos : pos + take]
             pos += take
             if len(self._held) < self._want:
                 break
+            held = bytes(self._held)
+            if self._walk is not None:
+                self._held.clear()
+                self._step(held, out)
+                continue
             if self._size < 0:
                 self._start_frame()
                 if len(self._held) < self._want:
                     continue
-            held = bytes(self._held)
+                held = bytes(self._held)
             if self._whole:
                 out.append(self.on_frame(held))
-            elif self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size):
+                self._reset()
+                continue
+            decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
+            if decision is True:
                 out.append(held)
                 self._passing = SIZE_PREFIX + self._size - len(held)
-            else:
+                self._reset()
+            elif decision is False:
                 self._whole = True
                 self._want = SIZE_PREFIX + self._size
-                if len(held) < self._want:
-                    continue
-                out.append(self.on_frame(held))
+                if len(held) == self._want:
+                    out.append(self.on_frame(held))
+                    self._reset()
+            else:  # walk the frame as it streams, from just after its correlation id
+                out.append(held[:WALK_START])
+                self._walk, self._left = decision, SIZE_PREFIX + self._size - WALK_START
+                self._held.clear()
+                self._step(None, out)
+                self._feed(memoryview(held)[WALK_START:], out)  # what the head held beyond
+
+    def _step(self, got: bytes | None, out: list[Chunk]) -> None:
+        """Give a walked frame's walk what it asked for (got) and pass that on, then set up
+        the walk's next step: bytes to hold for it, bytes to pass unread, or the tail."""
+        walk = self._walk
+        assert walk is not None
+        if self._tail:
+            assert got is not None
+            out.append(self.on_tail(got))
+            self._walk, self._tail = None, False
             self._reset()
-        return out
+            return
+        if got is not None:
+            out.append(got)
+            self._left -= len(got)
+        step = next(walk) if got is None else walk.send(got)
+        if step == TAIL:
+            if not self._left:
+                raise MalformedMessage("the frame ends before its tagged fields")
+            self._tail, self._want = True, self._left
+        elif step > 0:
+            if step > self._left:
+                raise MalformedMessage("a field runs past the end of its frame")
+            self._want = step
+        else:
+            if -step > self._left:
+                raise MalformedMessage("records run past the end of their frame")
+            self._left += step
+            self._passing = -step
 
     def _start_frame(self) -> None:
         size = int.from_bytes(self._held[:SIZE_PREFIX], "big", signed=True)
@@ -144,11 +198,15 @@ class _Splitter:
         if self.mid_frame:
             raise TruncatedFrame("the stream ended in the middle of a frame")
 
-    def on_head(self, head: bytes, complete: bool) -> bool:
-        """True: pass this frame through (head first); False: hold it whole for on_frame."""
+    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
+        """True: pass this frame through (head first); False: hold it whole for on_frame;
+        a Walk: walk it as it streams (see streaming), its tail going to on_tail."""
         raise NotImplementedError
 
     def on_frame(self, whole: bytes) -> bytes:
+        raise NotImplementedError
+
+    def on_tail(self, tail: bytes) -> bytes:
         raise NotImplementedError
 
 
@@ -175,6 +233,7 @@ class _Requests(_Splitter):
 
 
 RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is within 16 bytes
+WALK_START = SIZE_PREFIX + 4  # a walk starts after the correlation id
 
 
 class _Responses(_Splitter):
@@ -182,10 +241,15 @@ class _Responses(_Splitter):
         super().__init__(max_frame_size, RESPONSE_HEAD)
         self.exchange = exchange
         self._current: InFlight | None = None
+        self._plan: StructPlan | None = None  # of the response being walked
 
-    def on_head(self, head: bytes, complete: bool) -> bool:
+    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
         request = self.exchange.tracker.response(response_correlation_id(head))
         self.exchange.stats.responses += 1
+        plan = streamable(request.api_key, request.api_version)
+        if plan is not None:
+            self._current, self._plan = request, plan
+            return walk(plan)
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
             return False
@@ -202,6 +266,14 @@ class _Responses(_Splitter):
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, out)
         self.exchange.on_response(request, out)
+        return out
+
+    def on_tail(self, tail: bytes) -> bytes:
+        request, plan = self._current, self._plan
+        assert request is not None and plan is not None
+        self._current = self._plan = None
+        out = self.exchange.transform_tail(plan, tail)
+        self.exchange.on_response(request, None)
         return out
 
 
@@ -255,6 +327,18 @@ class Exchange:
         self.stats.rewritten += result.changed
         return result.frame
 
+    def transform_tail(self, plan: StructPlan, tail: bytes) -> bytes:
+        """A walked response's top-level tagged fields, rewritten in as many bytes."""
+        try:
+            out, _ = rewrite_tail(tail, plan, self.mapper)
+        except UnknownBroker:
+            if self._learn is None:
+                raise
+            self._learn(rewrite_tail(tail, plan, _unchanged)[1])
+            out, _ = rewrite_tail(tail, plan, self.mapper)
+        self.stats.rewritten += out is not tail
+        return out
+
     def observe_error(self, request: InFlight, head: bytes) -> None:
         """Count a coordinator answer's error code (NOT_COORDINATOR among them)."""
         code = top_level_error(head, request.api_key, request.api_version)
@@ -264,6 +348,10 @@ class Exchange:
     def on_response(self, request: InFlight, whole: bytes | None) -> None:
         if self._on_response is not None:
             self._on_response(request, whole)
+
+
+def _unchanged(_address: BrokerAddress) -> None:
+    return None
 
 
 class Direction(Protocol):

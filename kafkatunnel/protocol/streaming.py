@@ -1,0 +1,196 @@
+"""Rewriting a record-carrying response while it is still arriving.
+
+A Fetch answer from v16 on can name brokers, but only in its last bytes: the top-level
+tagged field NodeEndpoints (KIP-951, leaders that moved). Holding a megabyte of records to
+rewrite a few bytes after them would copy every record through Python and delay the answer
+by its whole length. Instead the answer is walked as it arrives, by its schema: the headers
+of topics and partitions are read (they are small), the record batches pass unread (the I/O
+layer may splice them), and only the tagged fields at the very end are held and rewritten.
+
+The size prefix went out first, so the rewritten tail keeps the tail's exact length. A
+shorter one is padded with an unknown tagged field (which every Kafka parser skips, as
+KIP-482 asks); one that would be longer drops NodeEndpoints instead, so the client asks for
+Metadata, as clients did before KIP-951. Either way the client never sees an in-cluster
+address.
+
+The walk is a generator of steps: n > 0 asks for the next n bytes (sent back into the
+generator, passed on unchanged); n < 0 lets -n bytes pass unread; TAIL asks for the rest of
+the frame, the top-level tagged fields, which rewrite_tail() then rewrites.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Generator
+
+from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
+from kafkatunnel.protocol.headers import response_header_version
+from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, splice
+from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, response_plan
+
+TAIL = 0
+# Tags for padding, after every tag Kafka defines: the largest of two and of three bytes
+# (a varint's width steps at 128, so one width alone cannot pad to every size).
+PADDING_TAGS = (0x3FFF, 0x1FFFFF)
+Walk = Generator[int, bytes | None, None]
+
+
+@functools.cache
+def streamable(api_key: int, api_version: int) -> StructPlan | None:
+    """The plan of a response that carries records and names brokers only in its top-level
+    tagged fields (Fetch v16+): such a response can be rewritten as it streams."""
+    try:
+        plan = response_plan(api_key, api_version)
+    except (UnknownApiKey, UnsupportedVersion):
+        return None
+    if response_header_version(api_key, api_version) != 1 or not plan.tagged_addresses:
+        return None
+    if any(_names_brokers(f) for f in plan.fields) or not any(map(_has_records, plan.fields)):
+        return None
+    return plan
+
+
+def _names_brokers(field: FieldPlan) -> bool:
+    return field.struct is not None and field.struct.has_addresses
+
+
+def _has_records(field: FieldPlan) -> bool:
+    if field.kafka_type == "records":
+        return True
+    return field.struct is not None and any(map(_has_records, field.struct.fields))
+
+
+def walk(plan: StructPlan) -> Walk:
+    """The steps of one response body, from just after its correlation id."""
+    yield from _tagged()  # the response header's tagged fields
+    for field in plan.fields:
+        yield from _field(field)
+    yield TAIL
+
+
+def _uvarint() -> Generator[int, bytes | None, int]:
+    value = shift = 0
+    for _ in range(5):
+        byte = (yield 1)[0]  # type: ignore[index]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    raise MalformedMessage("a varint is longer than 5 bytes")
+
+
+def _int(size: int) -> Generator[int, bytes | None, int]:
+    data = yield size
+    assert data is not None
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _length(field: FieldPlan, string: bool) -> Generator[int, bytes | None, int]:
+    if field.compact:
+        length = (yield from _uvarint()) - 1
+    else:
+        length = yield from _int(2 if string else 4)
+    if length < -1 or (length == -1 and not field.nullable):
+        raise MalformedMessage(f"{field.name} has length {length}")
+    return max(length, 0)
+
+
+def _field(field: FieldPlan) -> Walk:
+    kind = field.kind
+    if kind is Kind.FIXED:
+        yield field.size
+    elif kind is Kind.VARIABLE:
+        yield from _variable(field)
+    elif kind is Kind.STRUCT:
+        assert field.struct is not None
+        present = True
+        if field.nullable:
+            marker = (yield 1)[0]  # type: ignore[index]
+            if marker not in (0xFF, 1):
+                raise MalformedMessage(f"nullable struct {field.name} has marker {marker}")
+            present = marker == 1
+        if present:
+            yield from _struct(field.struct)
+    else:
+        count = yield from _length(field, string=False)
+        for _ in range(count):
+            if kind is Kind.FIXED_ARRAY:
+                yield field.size
+            elif kind is Kind.VARIABLE_ARRAY:
+                yield from _variable(field)
+            else:
+                assert field.struct is not None
+                yield from _struct(field.struct)
+
+
+def _variable(field: FieldPlan) -> Walk:
+    length = yield from _length(field, string=field.kafka_type == "string")
+    if length:
+        yield -length if field.kafka_type == "records" else length
+
+
+def _struct(plan: StructPlan) -> Walk:
+    for field in plan.fields:
+        yield from _field(field)
+    if plan.flexible:
+        yield from _tagged()  # below the top level they name no broker (see streamable)
+
+
+def _tagged() -> Walk:
+    for _ in range((yield from _uvarint())):
+        yield from _uvarint()  # the tag
+        size = yield from _uvarint()
+        if size:
+            yield size
+
+
+def rewrite_tail(
+    tail: bytes, plan: StructPlan, mapper: Mapper
+) -> tuple[bytes, tuple[BrokerAddress, ...]]:
+    """The top-level tagged fields with their broker addresses rewritten, in exactly
+    len(tail) bytes, and the addresses they named. May raise UnknownBroker (from mapper)."""
+    framed = bytes(4) + tail  # ByteWalk and splice() speak frames: a size prefix first
+    walker = ByteWalk(framed, mapper)
+    if walker.tagged(plan, 4, None) != len(framed):
+        raise MalformedMessage(f"{plan.name} has bytes after its tagged fields")
+    seen = tuple(walker.seen)
+    if not walker.edits:
+        return tail, seen
+    padded = _pad(splice(framed, walker.edits)[4:], len(tail))
+    return (padded if padded is not None else _without_addresses(tail, plan)), seen
+
+
+def _without_addresses(tail: bytes, plan: StructPlan) -> bytes:
+    """The tagged fields without those that can name a broker, padded to len(tail)."""
+    count, pos = wire.read_uvarint(tail, 0)
+    kept: list[bytes] = []
+    for _ in range(count):
+        start = pos
+        tag, pos = wire.read_uvarint(tail, pos)
+        size, pos = wire.read_uvarint(tail, pos)
+        pos += size
+        field = plan.tagged.get(tag)
+        if field is None or not _names_brokers(field):
+            kept.append(tail[start:pos])
+    fields = wire.write_uvarint(len(kept)) + b"".join(kept)
+    padded = _pad(fields, len(tail))
+    if padded is None:  # a dropped field takes at least 3 bytes, a padding field at most
+        raise MalformedMessage(f"cannot fit {plan.name}'s tagged fields in {len(tail)} bytes")
+    return padded
+
+
+def _pad(fields: bytes, size: int) -> bytes | None:
+    """Tagged fields (count first) grown to exactly `size` bytes by one padding field, or
+    None if they cannot be."""
+    if len(fields) == size:
+        return fields
+    count, pos = wire.read_uvarint(fields, 0)
+    body = fields[pos:]
+    for tag in PADDING_TAGS:
+        head = wire.write_uvarint(count + 1) + body + wire.write_uvarint(tag)
+        for length_bytes in (1, 2, 3):
+            filler = size - len(head) - length_bytes
+            if filler >= 0 and len(wire.write_uvarint(filler)) == length_bytes:
+                return head + wire.write_uvarint(filler) + bytes(filler)
+    return None
