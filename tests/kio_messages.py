@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +74,17 @@ def request_frame(entity: Any, correlation_id: int = 11, client_id: str | None =
         client_id=client_id,
     )
     return frame(encode(header) + encode(entity))
+
+
+def fetch_request(version: int, correlation_id: int, body_size: int = 20) -> bytes:
+    """A flexible Fetch request: the Exchange reads only its header, so its body is any bytes."""
+    header = RequestHeaderV2(
+        request_api_key=1,  # type: ignore[arg-type]
+        request_api_version=version,  # type: ignore[arg-type]
+        correlation_id=correlation_id,  # type: ignore[arg-type]
+        client_id="tests",
+    )
+    return frame(encode(header) + random.randbytes(body_size))
 
 
 def responses(api_key: int, version: int) -> st.SearchStrategy[Any]:

@@ -19,13 +19,11 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.protocol.framing import frame
 from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
-from tests.kio_messages import encode, request_frame, response_frame
+from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
 NO_TIME = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -43,17 +41,6 @@ def _produce(correlation_id: int, acks: int, records: int) -> bytes:
         topic_data=(TopicProduceData(name="t", partition_data=(data,)),),  # type: ignore[arg-type]
     )
     return request_frame(message, correlation_id)
-
-
-def _fetch_request(correlation_id: int, body: int) -> bytes:
-    """A Fetch v12 request: the Exchange reads only its header, so its body is any bytes."""
-    header = RequestHeader(
-        request_api_key=1,  # type: ignore[arg-type]
-        request_api_version=12,  # type: ignore[arg-type]
-        correlation_id=correlation_id,  # type: ignore[arg-type]
-        client_id="tests",
-    )
-    return frame(encode(header) + random.randbytes(body))
 
 
 def conversation(sizes: list[int]) -> tuple[bytes, bytes, bytes]:
@@ -85,7 +72,7 @@ def conversation(sizes: list[int]) -> tuple[bytes, bytes, bytes]:
     )
     requests = [
         request_frame(ask, 1),
-        _fetch_request(2, next(big)),
+        fetch_request(12, 2, next(big)),
         _produce(3, acks=0, records=next(big)),  # no answer
         request_frame(FindCoordinatorRequest(key_type=0, coordinator_keys=("g",)), 4),  # type: ignore[arg-type]
         _produce(5, acks=1, records=next(big)),

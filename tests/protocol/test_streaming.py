@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import random
 import uuid
 from typing import Any
 
@@ -22,18 +21,17 @@ from kio.schema.fetch.v16.response import (
     NodeEndpoint,
     PartitionData,
 )
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i32Timedelta
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.framing import frame
 from kafkatunnel.protocol.passage import Exchange
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.streaming import PADDING_TAGS, streamable
 from tests.kio_messages import (
     decode,
     encode,
+    fetch_request,
     map_addresses,
     response_body,
     response_frame,
@@ -44,17 +42,6 @@ from tests.protocol.test_passage import drive
 FETCH = 1
 STREAMED = [v for v in range(19) if streamable(FETCH, v) is not None]
 RECORDS_MARK = bytes(range(1, 40))  # where a test answer's records begin
-
-
-def fetch_request(version: int, correlation_id: int) -> bytes:
-    """The Exchange reads a request's header only: the body can be any bytes."""
-    header = RequestHeader(
-        request_api_key=FETCH,  # type: ignore[arg-type]
-        request_api_version=version,  # type: ignore[arg-type]
-        correlation_id=correlation_id,  # type: ignore[arg-type]
-        client_id="tests",
-    )
-    return frame(encode(header) + random.randbytes(20))
 
 
 def tunnel(address: BrokerAddress) -> tuple[str, int]:
