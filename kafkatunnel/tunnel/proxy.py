@@ -15,7 +15,7 @@ from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
-from kafkatunnel.tunnel.registry import Endpoint
+from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import Pump
 
 log = logging.getLogger("kafkatunnel.proxy")
@@ -65,10 +65,11 @@ class ClientConnection:
         self.endpoint.total_connections += 1
         self._spawn(self._connect())
 
-    @property
-    def spliced(self) -> int:
-        """Bytes this connection moved without copying them into Python."""
-        return sum(pump.spliced for pump in self.pumps)
+    def tally(self) -> Tally:
+        """What this connection did so far: rewrites, bytes spliced, coordinator errors."""
+        stats = self.exchange.stats
+        spliced = sum(pump.spliced for pump in self.pumps)
+        return Tally(stats.rewritten, spliced, dict(stats.errors))
 
     async def _connect(self) -> None:
         host, port = self.endpoint.advertised_host, self.endpoint.advertised_port

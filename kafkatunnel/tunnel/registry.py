@@ -17,6 +17,25 @@ from kafkatunnel.protocol.rewrite import BrokerAddress, UnknownBroker
 
 
 @dataclass
+class Tally:
+    """What connections did beyond bytes and requests: answers rewritten, bytes spliced,
+    coordinator answers' error codes. Summed over connections, open and closed."""
+
+    rewrites: int = 0
+    spliced: int = 0  # bytes moved without entering Python (splice)
+    errors: dict[int, int] = field(default_factory=dict)
+
+    def add(self, other: Tally) -> None:
+        self.rewrites += other.rewrites
+        self.spliced += other.spliced
+        for code, count in other.errors.items():
+            self.errors[code] = self.errors.get(code, 0) + count
+
+    def copy(self) -> Tally:
+        return Tally(self.rewrites, self.spliced, dict(self.errors))
+
+
+@dataclass
 class Endpoint:
     """A local listener and the broker it reaches. node_id None: the bootstrap listener."""
 
@@ -38,9 +57,7 @@ class Endpoint:
     last_error_at: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
     api_requests: dict[int, int] = field(default_factory=dict)  # per API key
-    rewrites: int = 0  # answers rewritten, of closed connections
-    spliced: int = 0  # bytes moved without entering Python (splice), of closed connections
-    answer_errors: dict[int, int] = field(default_factory=dict)  # of closed connections
+    closed: Tally = field(default_factory=Tally)  # of its closed connections
 
     @property
     def advertised(self) -> str:

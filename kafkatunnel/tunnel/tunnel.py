@@ -32,7 +32,7 @@ from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
-from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
+from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint, Tally
 
 log = logging.getLogger("kafkatunnel.tunnel")
 
@@ -250,11 +250,7 @@ class Tunnel:
         """Forget a closed connection, but keep its upstream until it is really gone, so
         stop() can wait for it (an exec forwarder's child must be reaped by this loop)."""
         self.connections.discard(connection)
-        stats, endpoint = connection.exchange.stats, connection.endpoint
-        endpoint.rewrites += stats.rewritten
-        endpoint.spliced += connection.spliced
-        for code, count in stats.errors.items():
-            endpoint.answer_errors[code] = endpoint.answer_errors.get(code, 0) + count
+        connection.endpoint.closed.add(connection.tally())
         upstream = connection.upstream
         if upstream is None or self._loop is None:
             return
@@ -315,16 +311,9 @@ class Tunnel:
     def metrics(self) -> str:
         """Prometheus text: per broker (node="bootstrap" for the bootstrap listener)."""
         endpoints = self.endpoints()
-        rewrites = {id(e): e.rewrites for e in endpoints}
-        spliced = {id(e): e.spliced for e in endpoints}
-        errors = {id(e): dict(e.answer_errors) for e in endpoints}
+        tallies = {id(e): e.closed.copy() for e in endpoints}
         for connection in self.connections:  # and what open connections did so far
-            key = id(connection.endpoint)
-            rewrites[key] = rewrites.get(key, 0) + connection.exchange.stats.rewritten
-            spliced[key] = spliced.get(key, 0) + connection.spliced
-            into = errors.setdefault(key, {})
-            for code, count in connection.exchange.stats.errors.items():
-                into[code] = into.get(code, 0) + count
+            tallies.setdefault(id(connection.endpoint), Tally()).add(connection.tally())
         lines = []
         for name, kind, attribute in (
             ("kafkatunnel_connections", "gauge", "connections"),
@@ -344,11 +333,13 @@ class Tunnel:
                 lines.append(f'kafkatunnel_api_requests_total{{{_labels(e)},api="{api}"}} {count}')
         lines.append("# TYPE kafkatunnel_rewrites_total counter")
         lines.extend(
-            f"kafkatunnel_rewrites_total{{{_labels(e)}}} {rewrites[id(e)]}" for e in endpoints
+            f"kafkatunnel_rewrites_total{{{_labels(e)}}} {tallies[id(e)].rewrites}"
+            for e in endpoints
         )
         lines.append("# TYPE kafkatunnel_spliced_bytes_total counter")
         lines.extend(
-            f"kafkatunnel_spliced_bytes_total{{{_labels(e)}}} {spliced[id(e)]}" for e in endpoints
+            f"kafkatunnel_spliced_bytes_total{{{_labels(e)}}} {tallies[id(e)].spliced}"
+            for e in endpoints
         )
         lines.append("# TYPE kafkatunnel_forward_restarts_total counter")
         for e in endpoints:
@@ -357,7 +348,7 @@ class Tunnel:
         lines.append("# TYPE kafkatunnel_coordinator_errors_total counter")
         for e in endpoints:
             for code in COORDINATOR_ERRORS:
-                count = errors.get(id(e), {}).get(code, 0)
+                count = tallies[id(e)].errors.get(code, 0)
                 error = COORDINATOR_ERRORS[code]
                 lines.append(
                     f'kafkatunnel_coordinator_errors_total{{{_labels(e)},error="{error}"}} {count}'
