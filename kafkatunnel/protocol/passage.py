@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
@@ -29,14 +29,22 @@ from kafkatunnel.protocol.headers import (
 from kafkatunnel.protocol.rewrite import (
     BrokerAddress,
     Mapper,
-    Rewritten,
     UnknownBroker,
     addresses_in,
     needs_rewrite,
     rewrite_response,
 )
 from kafkatunnel.protocol.schema import StructPlan
-from kafkatunnel.protocol.streaming import TAIL, Walk, rewrite_tail, streamable, walk
+from kafkatunnel.protocol.streaming import (
+    TAIL,
+    Walk,
+    addresses_in_tail,
+    rewrite_tail,
+    streamable,
+    walk,
+)
+
+T = TypeVar("T")
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
@@ -317,27 +325,34 @@ class Exchange:
             self.stats.capped += capped is not whole
             return capped
         key, version = request.api_key, request.api_version
-        try:
-            result: Rewritten = rewrite_response(whole, key, version, self.mapper)
-        except UnknownBroker:
-            if self._learn is None:
-                raise
-            self._learn(addresses_in(whole, key, version))  # new brokers get listeners first
-            result = rewrite_response(whole, key, version, self.mapper)
+        result = self._rewrite(
+            lambda mapper: rewrite_response(whole, key, version, mapper),
+            lambda: addresses_in(whole, key, version),
+        )
         self.stats.rewritten += result.changed
         return result.frame
 
     def transform_tail(self, plan: StructPlan, tail: bytes) -> bytes:
         """A walked response's top-level tagged fields, rewritten in as many bytes."""
+        out, _ = self._rewrite(
+            lambda mapper: rewrite_tail(tail, plan, mapper),
+            lambda: addresses_in_tail(tail, plan),
+        )
+        self.stats.rewritten += out is not tail
+        return out
+
+    def _rewrite(
+        self, rewrite: Callable[[Mapper], T], named: Callable[[], tuple[BrokerAddress, ...]]
+    ) -> T:
+        """rewrite(mapper); if the answer names a broker the mapper does not know yet, first
+        learn every broker it names (new brokers get listeners first), then rewrite again."""
         try:
-            out, _ = rewrite_tail(tail, plan, self.mapper)
+            return rewrite(self.mapper)
         except UnknownBroker:
             if self._learn is None:
                 raise
-            self._learn(rewrite_tail(tail, plan, _unchanged)[1])
-            out, _ = rewrite_tail(tail, plan, self.mapper)
-        self.stats.rewritten += out is not tail
-        return out
+            self._learn(named())
+            return rewrite(self.mapper)
 
     def observe_error(self, request: InFlight, head: bytes) -> None:
         """Count a coordinator answer's error code (NOT_COORDINATOR among them)."""
@@ -348,10 +363,6 @@ class Exchange:
     def on_response(self, request: InFlight, whole: bytes | None) -> None:
         if self._on_response is not None:
             self._on_response(request, whole)
-
-
-def _unchanged(_address: BrokerAddress) -> None:
-    return None
 
 
 class Direction(Protocol):

@@ -110,10 +110,11 @@ def rewrite_response(
 
 def addresses_in(frame_bytes: bytes, api_key: int, api_version: int) -> tuple[BrokerAddress, ...]:
     """Every broker address a response names, changing nothing."""
-    return rewrite_response(frame_bytes, api_key, api_version, _keep).seen
+    return rewrite_response(frame_bytes, api_key, api_version, keep_address).seen
 
 
-def _keep(_address: BrokerAddress) -> None:
+def keep_address(_address: BrokerAddress) -> None:
+    """The mapper that changes nothing: for walking an answer only to see what it names."""
     return None
 
 

@@ -26,7 +26,7 @@ from collections.abc import Generator
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
 from kafkatunnel.protocol.headers import response_header_version
-from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, splice
+from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, keep_address, splice
 from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, response_plan
 
 TAIL = 0
@@ -159,6 +159,11 @@ def rewrite_tail(
         return tail, seen
     padded = _pad(splice(framed, walker.edits)[4:], len(tail))
     return (padded if padded is not None else _without_addresses(tail, plan)), seen
+
+
+def addresses_in_tail(tail: bytes, plan: StructPlan) -> tuple[BrokerAddress, ...]:
+    """Every broker address the top-level tagged fields name, changing nothing."""
+    return rewrite_tail(tail, plan, keep_address)[1]
 
 
 def _without_addresses(tail: bytes, plan: StructPlan) -> bytes:
