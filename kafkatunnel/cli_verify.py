@@ -44,12 +44,7 @@ def run_verify(
     if not in_process:
         problem = spark_problem()
         if problem is not None:
-            fix = (
-                "install it"
-                if "PySpark" in problem
-                else "install one (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
-            )
-            console.print(f"[red]error:[/] {problem}: {fix}, or verify without Spark: --in-process")
+            console.print(f"[red]error:[/] {problem}, or verify without Spark: --in-process")
             return 2
         spark = spark_session(master)
     report: Report = verify_local(files) if spark is None else verify_spark(files, spark)

@@ -309,26 +309,27 @@ def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
 
 
 MIN_JAVA = 17
+JAVA_FIX = "install one (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
 
 
 def spark_problem() -> str | None:
-    """Why Spark cannot start here, or None."""
+    """Why Spark cannot start here, and the fix, or None."""
     if importlib.util.find_spec("pyspark") is None:
-        return "PySpark is not installed (pip install 'kafkatunnel[verify]')"
+        return "PySpark is not installed: install it (pip install 'kafkatunnel[verify]')"
     java = shutil.which("java")
     if java is None:
-        return "Spark needs Java 17 or newer and there is no `java` on PATH"
+        return f"Spark needs Java {MIN_JAVA} or newer and there is no `java` on PATH: {JAVA_FIX}"
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"`java -version` failed: {error}"
+        return f"`java -version` failed: {error}: {JAVA_FIX}"
     text = out.stderr + out.stdout
     digits = text.split('"')[1] if '"' in text else ""
     major = digits.split(".")[0]
     if major == "1":  # 1.8.0_...
         major = digits.split(".")[1]
     if major.isdigit() and int(major) < MIN_JAVA:
-        return f"Spark needs Java {MIN_JAVA} or newer; `java` is {digits}"
+        return f"Spark needs Java {MIN_JAVA} or newer; `java` is {digits}: {JAVA_FIX}"
     return None
 
 
