@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -17,7 +15,7 @@ from kafkatunnel.verify.job import (
     verify_spark,
 )
 from kafkatunnel.verify.replay import replay
-from kafkatunnel.verify.report import summary_lines, table, to_html, to_json
+from kafkatunnel.verify.report import summary_lines, table, write_reports
 
 
 def run_verify(
@@ -66,14 +64,7 @@ def run_verify(
             )  # fmt: skip
         console.print(replayed)
         failed = failed or not all(r["ok"] for r in results)
-    if json_file:
-        text = to_json(report)
-        if json_file == "-":
-            typer.echo(text)
-        else:
-            Path(json_file).write_text(text + "\n")
-    if html_file:
-        Path(html_file).write_text(to_html(report))
+    write_reports(report, json_file, html_file)
     if spark is not None:
         spark.stop()
     return 1 if failed else 0

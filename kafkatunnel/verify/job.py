@@ -365,7 +365,6 @@ def spark_session(master: str = "local[*]") -> SparkSession:
 
 def package_archive() -> Path:
     """A zip of this kafkatunnel package, for the workers."""
-    import shutil
     import tempfile
 
     import kafkatunnel

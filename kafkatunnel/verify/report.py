@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -143,3 +144,15 @@ def to_html(report: Report) -> str:
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def write_reports(report: Report, json_file: str | None, html_file: str | None) -> None:
+    """The report as JSON (to json_file, or standard output for "-") and as HTML."""
+    if json_file:
+        text = to_json(report)
+        if json_file == "-":
+            print(text)
+        else:
+            Path(json_file).write_text(text + "\n")
+    if html_file:
+        Path(html_file).write_text(to_html(report))

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     from kafkatunnel.verify.job import verify_spark
-    from kafkatunnel.verify.report import summary_lines, to_html, to_json
+    from kafkatunnel.verify.report import summary_lines, write_reports
 
     parser = argparse.ArgumentParser(prog="kafkatunnel-verify")
     parser.add_argument("paths", nargs="+", help="recordings: files, directories or URIs")
-    parser.add_argument("--json", dest="json_file", help="write the report as JSON here")
+    parser.add_argument(
+        "--json", dest="json_file", help="write the report as JSON here (-: standard output)"
+    )
     parser.add_argument("--html", dest="html_file", help="write the HTML report here")
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName("kafkatunnel verify").getOrCreate()
@@ -33,10 +34,7 @@ def main(argv: list[str]) -> int:
         spark.stop()
     for line in summary_lines(report):
         print(line)
-    if args.json_file:
-        Path(args.json_file).write_text(to_json(report) + "\n")
-    if args.html_file:
-        Path(args.html_file).write_text(to_html(report))
+    write_reports(report, args.json_file, args.html_file)
     return 0 if report.ok else 1
 
 
