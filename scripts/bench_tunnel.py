@@ -41,7 +41,6 @@ from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.harness import TANSU_HOST, start_tansu, tansu_binary
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
-from kafkatunnel.waiting import wait_for
 
 VALUE = 1024
 
@@ -111,18 +110,6 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _listening(port: int, process: ManagedProcess) -> None:
-    import socket
-
-    def up() -> bool:
-        if not process.alive():
-            raise RuntimeError(f"{process.name} exited:\n{process.output()}")
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-
-    wait_for(up, timeout=30, what=f"{process.name} on {port}")
-
-
 def broker(listen: int, advertised: str) -> ManagedProcess:
     return start_tansu(listen, advertised, silent=True)
 
@@ -146,7 +133,7 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
         ],
         name="socat",
     )
-    _listening(q, socat)
+    socat.wait_accepting(q, timeout=30)
     relay.processes.append(socat)
     paths.append(relay)
 
@@ -162,7 +149,7 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
             ],
             name="tansu-proxy",
         )  # fmt: skip
-        _listening(listen, proxy)
+        proxy.wait_accepting(listen, timeout=30)
         return proxy
 
     proxied.processes.append(tansu_proxy())

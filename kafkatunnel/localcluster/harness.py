@@ -269,18 +269,8 @@ def start_tansu(
         ),
         name=f"tansu-{port}",
     )  # fmt: skip
-
-    def accepting() -> bool:
-        if not process.alive():
-            raise RuntimeError(f"tansu exited early:\n{process.output()}")
-        if connect is None:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        else:
-            connect("127.0.0.1", port).close()
-        return True
-
     try:
-        wait_for(accepting, timeout=START_TIMEOUT, what="tansu to accept connections")
+        process.wait_accepting(port, timeout=START_TIMEOUT, connect=connect)
     except BaseException:
         process.stop()
         raise

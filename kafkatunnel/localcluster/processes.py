@@ -12,9 +12,10 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kafkatunnel.pids import die_with_parent
 from kafkatunnel.waiting import wait_for
@@ -85,6 +86,31 @@ class ManagedProcess:
             return None
 
         return wait_for(find, timeout=timeout, what=f"{self.name} to print /{pattern}/")
+
+    def wait_accepting(
+        self,
+        port: int,
+        *,
+        timeout: float,
+        connect: Callable[[str, int], socket.socket] | None = None,
+        hint: str = "",
+    ) -> None:
+        """Until 127.0.0.1:port accepts a connection (opened by `connect`, e.g. inside a
+        network namespace); fails early, with its output, if the process exits."""
+
+        def accepting() -> bool:
+            if not self.alive():
+                raise RuntimeError(
+                    f"{self.name} exited with {self.popen.returncode} before accepting "
+                    f"connections on port {port}{hint}; its output:\n{self.output()}"
+                )
+            if connect is None:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            else:
+                connect("127.0.0.1", port).close()
+            return True
+
+        wait_for(accepting, timeout=timeout, what=f"{self.name} to accept on port {port}")
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM the process group, SIGKILL it after `timeout`, and reap."""

@@ -8,11 +8,8 @@ addresses the brokers advertise, and always reach that one broker.
 
 from __future__ import annotations
 
-import socket
-
 from kafkatunnel.localcluster.harness import ClusterBroker, LocalCluster
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.waiting import wait_for
 
 
 class SingleForward:
@@ -42,7 +39,9 @@ class SingleForward:
                     )
                 )
             for broker, process in zip(self.cluster.mock, self._processes, strict=True):
-                _wait_listening(broker.port, process)
+                process.wait_accepting(
+                    broker.port, timeout=10, hint=" (is the port taken on this host?)"
+                )
         except BaseException:
             self.stop()
             raise
@@ -58,16 +57,3 @@ class SingleForward:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _wait_listening(port: int, process: ManagedProcess) -> None:
-    def listening() -> bool:
-        if not process.alive():
-            raise RuntimeError(
-                f"socat could not listen on 127.0.0.1:{port} (is the port taken on this host?):"
-                "\n" + process.output()
-            )
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-
-    wait_for(listening, timeout=10, what=f"the forward on 127.0.0.1:{port}")
