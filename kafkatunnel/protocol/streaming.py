@@ -168,16 +168,11 @@ def addresses_in_tail(tail: bytes, plan: StructPlan) -> tuple[BrokerAddress, ...
 
 def _without_addresses(tail: bytes, plan: StructPlan) -> bytes:
     """The tagged fields without those that can name a broker, padded to len(tail)."""
-    count, pos = wire.read_uvarint(tail, 0)
-    kept: list[bytes] = []
-    for _ in range(count):
-        start = pos
-        tag, pos = wire.read_uvarint(tail, pos)
-        size, pos = wire.read_uvarint(tail, pos)
-        pos += size
-        field = plan.tagged.get(tag)
-        if field is None or not _names_brokers(field):
-            kept.append(tail[start:pos])
+    kept = [
+        tail[f.start : f.end]
+        for f in wire.tagged_fields(tail, 0)
+        if f.tag not in plan.tagged or not _names_brokers(plan.tagged[f.tag])
+    ]
     fields = wire.write_uvarint(len(kept)) + b"".join(kept)
     padded = _pad(fields, len(tail))
     if padded is None:  # a dropped field takes at least 3 bytes, a padding field at most

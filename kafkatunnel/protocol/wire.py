@@ -7,6 +7,8 @@ MalformedMessage instead of IndexError or struct.error when the buffer ends earl
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from kafkatunnel.protocol.errors import MalformedMessage
 
@@ -102,3 +104,22 @@ def skip_tagged_fields(buf: Buffer, pos: int) -> int:
         need(buf, pos, size, "a tagged field")
         pos += size
     return pos
+
+
+class TaggedField(NamedTuple):
+    tag: int
+    start: int  # where the field (its tag) starts
+    data: int  # where its payload starts
+    end: int
+
+
+def tagged_fields(buf: Buffer, pos: int) -> Iterator[TaggedField]:
+    """Each field of a tagged-field section at pos, checked to lie within buf."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        start = pos
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size, "a tagged field")
+        yield TaggedField(tag, start, pos, pos + size)
+        pos += size

@@ -62,18 +62,15 @@ def client_decode(message: Any, out: bytes, version: int) -> Any:
     without = dataclasses.replace(message, node_endpoints=())
     tail_size = len(encode(message)) - len(encode(without)) + 1  # +1: the tag count
     body, tail = out[:-tail_size], out[-tail_size:]
-    count, pos = wire.read_uvarint(tail, 0)
     kept = []
-    for _ in range(count):
-        start = pos
-        tag, pos = wire.read_uvarint(tail, pos)
-        size, pos = wire.read_uvarint(tail, pos)
-        pos += size
-        if tag in PADDING_TAGS:
-            assert tail[pos - size : pos] == bytes(size)
+    end = wire.read_uvarint(tail, 0)[1]  # where the fields end if there are none
+    for field in wire.tagged_fields(tail, 0):
+        if field.tag in PADDING_TAGS:
+            assert tail[field.data : field.end] == bytes(field.end - field.data)
         else:
-            kept.append(tail[start:pos])
-    assert pos == len(tail)
+            kept.append(tail[field.start : field.end])
+        end = field.end
+    assert end == len(tail)
     tagged = wire.write_uvarint(len(kept)) + b"".join(kept)
     return decode(type(message), response_body(FETCH, version, body + tagged))
 
