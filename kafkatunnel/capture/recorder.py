@@ -170,5 +170,11 @@ class Recording:
     def to_client(self, chunks: list[bytes | memoryview]) -> None:
         self.recorder.write(self.interface, self.trace.to_client(chunks))
 
+    def unread_from_client(self, count: int) -> None:
+        self.recorder.write(self.interface, self.trace.unread_from_client(count))
+
+    def unread_to_client(self, count: int) -> None:
+        self.recorder.write(self.interface, self.trace.unread_to_client(count))
+
     def closed(self) -> None:
         self.recorder.write(self.interface, self.trace.closed())

@@ -3,19 +3,43 @@
 SaslAuthenticate carries passwords (PLAIN) and proofs (SCRAM); the delegation-token and
 SCRAM-credential APIs carry secrets too: every bytes field of those messages is emptied.
 Produce requests and Fetch/ShareFetch responses carry the application's records: their
-record sets become null unless payloads are wanted. Everything else is kept byte for byte.
-When a message cannot be walked (a version this tunnel does not know, or malformed bytes)
+record sets become empty unless payloads are wanted (empty rather than null: Wireshark 4.0
+cannot dissect a Fetch answer with a null record set). Everything else is kept byte for
+byte. When a message cannot be walked (a version this tunnel does not know, or malformed bytes)
 only its header is kept: a recording fails closed.
+
+Records are cut by the same schema walk that lets the relay splice them, so a recording
+need never have read them: a frame may come as parts, bytes and counts of record bytes that
+passed unread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kafkatunnel.protocol import wire
-from kafkatunnel.protocol.errors import ProtocolError
+from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import SIZE_PREFIX
-from kafkatunnel.protocol.headers import RequestHeader, response_body_offset
+from kafkatunnel.protocol.headers import (
+    RequestHeader,
+    request_header_version,
+    response_body_offset,
+    response_header_version,
+)
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
+from kafkatunnel.protocol.streaming import (
+    REQUEST_WALK_START,
+    RESPONSE_WALK_START,
+    TAIL,
+    Walk,
+    carrying_records,
+    request_walk,
+    walk,
+)
+
+# A frame as a recording saw it: bytes, and (ints) runs of record data that passed unread.
+Part = bytes | memoryview | int
 
 SASL_AUTHENTICATE = 36
 # + RenewDelegationToken, ExpireDelegationToken, AlterUserScramCredentials requests
@@ -63,38 +87,144 @@ def _head_only(frame: bytes, body: int) -> bytes:
     return len(head).to_bytes(SIZE_PREFIX, "big") + head
 
 
-def _kinds(api_key: int, secret: set[int], payload: set[int], payloads: bool) -> frozenset[str]:
-    if api_key in secret:
-        return frozenset({"bytes", "records"})
-    if api_key in payload and not payloads:
-        return frozenset({"records"})
-    return frozenset()
+SECRETS = frozenset({"bytes", "records"})
 
 
-def redact_request(frame: bytes, header: RequestHeader, payloads: bool = False) -> bytes:
-    """The request frame as a recording may keep it."""
-    kinds = _kinds(header.api_key, SECRET_REQUESTS, PAYLOAD_REQUESTS, payloads)
-    if not kinds:
-        return frame
+def redact_request(
+    frame: bytes | list[Part], header: RequestHeader, payloads: bool = False
+) -> bytes:
+    """The request frame as a recording may keep it. A frame given as parts (some of its
+    record data passed unread) must be one whose records are cut."""
+    key, version = header.api_key, header.api_version
+    whole = frame if isinstance(frame, bytes) else None
+    secret = key in SECRET_REQUESTS
+    if whole is not None and not secret and (payloads or key not in PAYLOAD_REQUESTS):
+        return whole
+    head = _first_bytes(frame)
     body = header.body_offset
     if body is None:
-        return _head_only(frame, min(len(frame), SIZE_PREFIX + 8))
+        return _head_only(head, min(len(head), SIZE_PREFIX + 8))
     try:
-        return _cut(frame, request_plan(header.api_key, header.api_version), body, kinds)
+        if secret and whole is not None:
+            return _cut(whole, request_plan(key, version), body, SECRETS)
+        plan = carrying_records(key, version, response=False)
+        if secret or plan is None:
+            raise MalformedMessage(f"API {key} v{version} requests carry no records")
+        steps = request_walk(plan, request_header_version(key, version))
+        return cut_records(_parts(frame), REQUEST_WALK_START, steps, plan.flexible)
     except ProtocolError:
-        return _head_only(frame, body)
+        return _head_only(head, body)
 
 
-def redact_response(frame: bytes, api_key: int, api_version: int, payloads: bool = False) -> bytes:
-    """The response frame as a recording may keep it."""
-    kinds = _kinds(api_key, SECRET_RESPONSES, PAYLOAD_RESPONSES, payloads)
-    if not kinds:
+def redact_response(
+    frame: bytes | list[Part], api_key: int, api_version: int, payloads: bool = False
+) -> bytes:
+    """The response frame as a recording may keep it (parts: as for redact_request)."""
+    whole = frame if isinstance(frame, bytes) else None
+    secret = api_key in SECRET_RESPONSES
+    if whole is not None and not secret and (payloads or api_key not in PAYLOAD_RESPONSES):
+        return whole
+    head = _first_bytes(frame)
+    try:
+        body = response_body_offset(head, api_key, api_version)
+    except ProtocolError:
+        return _head_only(head, SIZE_PREFIX + 4)
+    try:
+        if secret and whole is not None:
+            return _cut(whole, response_plan(api_key, api_version), body, SECRETS)
+        plan = carrying_records(api_key, api_version, response=True)
+        if secret or plan is None:
+            raise MalformedMessage(f"API {api_key} v{api_version} answers carry no records")
+        header_tags = response_header_version(api_key, api_version) == 1
+        steps = walk(plan, header_tags=header_tags, tail=False)
+        return cut_records(_parts(frame), RESPONSE_WALK_START, steps, plan.flexible)
+    except ProtocolError:
+        return _head_only(head, body)
+
+
+def _first_bytes(frame: bytes | list[Part]) -> bytes:
+    """The frame's bytes up to its first unread run: its header at least."""
+    if isinstance(frame, bytes):
         return frame
+    first = frame[0]
+    return b"" if isinstance(first, int) else bytes(first)
+
+
+def _parts(frame: bytes | list[Part]) -> list[Part]:
+    return [frame] if isinstance(frame, bytes) else frame
+
+
+def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -> bytes:
+    """The frame in `parts`, walked by `steps` from `start` (just after its correlation id),
+    with each record set that holds data made empty and its size prefix made to fit.
+    Record data may be bytes or a run never read (an int); anything else must be bytes.
+    Raises ProtocolError when the parts do not follow the walk."""
+    reader = _Parts(parts)
+    out = bytearray(reader.take(start))
+    empty = wire.write_uvarint(1) if compact else wire.write_int32(0)
     try:
-        body = response_body_offset(frame, api_key, api_version)
-    except ProtocolError:
-        return _head_only(frame, SIZE_PREFIX + 4)
-    try:
-        return _cut(frame, response_plan(api_key, api_version), body, kinds)
-    except ProtocolError:
-        return _head_only(frame, body)
+        step = next(steps)
+        while True:
+            if step > 0:
+                got = reader.take(step)
+                out += got
+                step = steps.send(got)
+                continue
+            if step == TAIL:
+                raise MalformedMessage("a recording's walk has no tail to rewrite")
+            length = -step  # records: drop their length prefix, taken just before
+            prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
+            if out[-len(prefix) :] != prefix:
+                raise MalformedMessage("a record set's length is not encoded as Kafka writes it")
+            del out[-len(prefix) :]
+            out += empty
+            reader.skip(length)
+            step = next(steps)
+    except StopIteration:
+        pass
+    if reader.left:
+        raise MalformedMessage(f"{reader.left} bytes follow the end of the message")
+    out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
+    return bytes(out)
+
+
+class _Parts:
+    """Reading through a frame given as parts: bytes are taken, unread runs only skipped."""
+
+    __slots__ = ("index", "left", "offset", "parts")
+
+    def __init__(self, parts: Sequence[Part]) -> None:
+        self.parts = parts
+        self.index = 0
+        self.offset = 0  # into parts[index]
+        self.left = sum(p if isinstance(p, int) else len(p) for p in parts)
+
+    def take(self, size: int) -> bytes:
+        if size > self.left:
+            raise MalformedMessage("a field runs past the end of its frame")
+        taken = bytearray()
+        while len(taken) < size:
+            part = self.parts[self.index]
+            if isinstance(part, int):
+                raise MalformedMessage("bytes that passed unread are not record data")
+            piece = part[self.offset : self.offset + size - len(taken)]
+            taken += piece
+            self._advance(len(piece), len(part))
+        return bytes(taken)
+
+    def skip(self, size: int) -> None:
+        if size > self.left:
+            raise MalformedMessage("records run past the end of their frame")
+        while size:
+            part = self.parts[self.index]
+            length = part if isinstance(part, int) else len(part)
+            step = min(size, length - self.offset)
+            self._advance(step, length)
+            size -= step
+
+    def _advance(self, count: int, length: int) -> None:
+        self.offset += count
+        self.left -= count
+        if self.offset == length:
+            self.index += 1
+            self.offset = 0

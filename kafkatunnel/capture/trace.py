@@ -4,6 +4,10 @@ carried in synthetic IP/TCP segments with consistent sequence numbers.
 Requests are recorded as the client sent them, responses as the client received them (after
 rewriting), so a recording shows exactly what the client saw. Sans-I/O: chunks in, IP
 packets out; the recorder adds timestamps and writes them.
+
+Record data the relay spliced (it never entered Python) arrives as a count of bytes instead
+of chunks: the frame it belongs to is written with its record sets null, as it would be
+had the recording read them.
 """
 
 from __future__ import annotations
@@ -11,14 +15,73 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, ip_tcp_segment
-from kafkatunnel.capture.redact import redact_request, redact_response
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from kafkatunnel.capture.redact import Part, redact_request, redact_response
+from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
+from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
 
 Address = tuple[str, int]
 CLIENT_ISN = 1_000
 SERVER_ISN = 5_000_000
+
+
+Frame = bytes | list[Part]  # whole, or in parts when some record data passed unread
+
+
+class SeenFrames:
+    """One direction of a connection cut into frames from what a recording saw of it: the
+    chunks the relay read, and counts of bytes it passed unread."""
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.max_frame_size = max_frame_size
+        self._read = bytearray()  # of the current frame, since its last unread run
+        self._parts: list[Part] = []  # of the current frame, before _read
+        self._missing = -1  # bytes of the current frame not seen yet; -1: its size unknown
+
+    def feed(self, chunk: bytes | memoryview, frames: list[Frame]) -> None:
+        view = memoryview(chunk)
+        while view:
+            if self._missing < 0:
+                take = SIZE_PREFIX - len(self._read)
+                self._read += view[:take]
+                view = view[take:]
+                if len(self._read) == SIZE_PREFIX:
+                    self._start()
+            else:
+                take = min(self._missing, len(view))
+                self._read += view[:take]
+                view = view[take:]
+                self._missing -= take
+            if not self._missing:
+                frames.append(self._finish())
+
+    def unread(self, count: int, frames: list[Frame]) -> None:
+        if count > self._missing:  # also: before a frame's size was seen
+            raise MalformedMessage(f"{count} bytes passed unread outside a frame's body")
+        if self._read:
+            self._parts.append(bytes(self._read))
+            self._read.clear()
+        self._parts.append(count)
+        self._missing -= count
+        if not self._missing:
+            frames.append(self._finish())
+
+    def _start(self) -> None:
+        size = int.from_bytes(self._read[:SIZE_PREFIX], "big", signed=True)
+        if size < 0 or size > self.max_frame_size:
+            raise FrameSizeError(f"frame size {size} is outside 0 to {self.max_frame_size}")
+        self._missing = size
+
+    def _finish(self) -> Frame:
+        read = bytes(self._read)
+        self._read.clear()
+        self._missing = -1
+        if not self._parts:
+            return read
+        parts, self._parts = self._parts, []
+        if read:
+            parts.append(read)
+        return parts
 
 
 class ConnectionTrace:
@@ -32,8 +95,8 @@ class ConnectionTrace:
         self.client = client
         self.server = server
         self.payloads = payloads
-        self._requests = FrameDecoder(max_frame_size)
-        self._responses = FrameDecoder(max_frame_size)
+        self._requests = SeenFrames(max_frame_size)
+        self._responses = SeenFrames(max_frame_size)
         # correlation id -> (api key, version); None: a request this trace did not keep
         self._pending: dict[int, tuple[int, int] | None] = {}
         self._client_seq = CLIENT_ISN + 1
@@ -51,11 +114,27 @@ class ConnectionTrace:
         ]
 
     def from_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
-        frames = self._frames(self._requests, chunks)
+        return self._requests_seen(self._frames(self._requests, chunks))
+
+    def unread_from_client(self, count: int) -> list[bytes]:
+        """`count` bytes of record data went to the broker without being read."""
+        return self._requests_seen(self._frames(self._requests, (), unread=count))
+
+    def to_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
+        return self._responses_seen(self._frames(self._responses, chunks))
+
+    def unread_to_client(self, count: int) -> list[bytes]:
+        """`count` bytes of record data went to the client without being read."""
+        return self._responses_seen(self._frames(self._responses, (), unread=count))
+
+    def _requests_seen(self, frames: list[Frame]) -> list[bytes]:
         out: list[bytes] = []
-        for whole in frames:
+        for frame in frames:
+            head = frame if isinstance(frame, bytes) else frame[0]
             try:
-                header = parse_request_header(whole)
+                if isinstance(head, int):
+                    raise MalformedMessage("a request began with bytes that passed unread")
+                header = parse_request_header(bytes(head))
                 if header.body_offset is None:
                     # Not a request this tunnel knows: perhaps a raw SASL token (SaslHandshake
                     # v0 is followed by unframed tokens, a PLAIN password among them). Its
@@ -63,30 +142,33 @@ class ConnectionTrace:
                     self._pending[header.correlation_id] = None
                     self.skipped += 1
                     continue
-                if expects_response(whole, header):
+                if expects_response(bytes(head), header):
                     self._pending[header.correlation_id] = (header.api_key, header.api_version)
-                kept = redact_request(whole, header, self.payloads)
+                kept = redact_request(frame, header, self.payloads)
             except ProtocolError as error:
                 self.broken = f"a request could not be read: {error}"
                 return out
             out.extend(self._segments(kept, to_server=True))
         return out
 
-    def to_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
-        frames = self._frames(self._responses, chunks)
+    def _responses_seen(self, frames: list[Frame]) -> list[bytes]:
         out: list[bytes] = []
-        for whole in frames:
-            correlation = int.from_bytes(whole[4:8], "big", signed=True)
+        for frame in frames:
+            head = frame if isinstance(frame, bytes) else frame[0]
+            if isinstance(head, int) or len(head) < SIZE_PREFIX + 4:
+                self.broken = "a response began with bytes that passed unread"
+                return out
+            correlation = int.from_bytes(head[4:8], "big", signed=True)
             if correlation not in self._pending:
                 # An answer to no request seen: keep its correlation id only (fail closed).
-                kept = (4).to_bytes(4, "big") + whole[4:8]
+                kept = (4).to_bytes(4, "big") + bytes(head[4:8])
                 out.extend(self._segments(kept, to_server=False))
                 continue
             api = self._pending.pop(correlation)
             if api is None:
                 self.skipped += 1
                 continue
-            kept = redact_response(whole, api[0], api[1], self.payloads)
+            kept = redact_response(frame, api[0], api[1], self.payloads)
             out.extend(self._segments(kept, to_server=False))
         return out
 
@@ -98,13 +180,17 @@ class ConnectionTrace:
             ip_tcp_segment(self.client, self.server, client + 1, server + 1, ACK, b""),
         ]
 
-    def _frames(self, decoder: FrameDecoder, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
+    def _frames(
+        self, seen: SeenFrames, chunks: Iterable[bytes | memoryview], unread: int = 0
+    ) -> list[Frame]:
         if self.broken is not None:
             return []
-        frames: list[bytes] = []
+        frames: list[Frame] = []
         try:
             for chunk in chunks:
-                frames.extend(decoder.feed(chunk))
+                seen.feed(chunk, frames)
+            if unread:
+                seen.unread(unread, frames)
         except ProtocolError as error:
             self.broken = str(error)
         self.frames += len(frames)

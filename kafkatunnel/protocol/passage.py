@@ -23,7 +23,9 @@ from kafkatunnel.protocol.headers import (
     RequestHeader,
     expects_response,
     parse_request_header,
+    request_header_version,
     response_correlation_id,
+    response_header_version,
     top_level_error,
 )
 from kafkatunnel.protocol.rewrite import (
@@ -36,9 +38,13 @@ from kafkatunnel.protocol.rewrite import (
 )
 from kafkatunnel.protocol.schema import StructPlan
 from kafkatunnel.protocol.streaming import (
+    REQUEST_WALK_START,
+    RESPONSE_WALK_START,
     TAIL,
     Walk,
     addresses_in_tail,
+    carrying_records,
+    request_walk,
     rewrite_tail,
     streamable,
     walk,
@@ -68,9 +74,13 @@ class ExchangeStats:
 class _Splitter:
     """Cuts one direction of a stream into frames; subclasses decide per frame head."""
 
-    def __init__(self, max_frame_size: int, head_size: int) -> None:
+    walk_start = 0  # where a walk of a frame starts: just after its correlation id
+
+    def __init__(self, max_frame_size: int, head_size: int, records_only: bool) -> None:
         self.max_frame_size = max_frame_size
         self.head_size = head_size
+        # Only record data may pass unread: everything else is read (a recording keeps it).
+        self.records_only = records_only
         self._held = bytearray()
         self._want = SIZE_PREFIX
         self._size = -1  # size of the current frame, once its prefix is read
@@ -79,6 +89,9 @@ class _Splitter:
         self._walk: Walk | None = None  # the current frame is walked as it streams
         self._left = 0  # bytes of a walked frame not yet taken by its walk
         self._tail = False  # the walk's current need is the rest of the frame
+        # A walk that rewrites nothing (it finds the records to splice): a frame it cannot
+        # walk passes on read, as an unwalked frame would, rather than ending the connection.
+        self._lenient = False
 
     @property
     def mid_frame(self) -> bool:
@@ -88,6 +101,8 @@ class _Splitter:
     def unread(self) -> int:
         """Bytes of the current frame that may pass on without being read at all: the I/O
         layer can move them outside this object (splice) and then call skip()."""
+        if self.records_only and self._walk is None:
+            return 0  # passing, but to be read: only a walk's records go unread
         return self._passing
 
     @property
@@ -150,11 +165,12 @@ class _Splitter:
                     out.append(self.on_frame(held))
                     self._reset()
             else:  # walk the frame as it streams, from just after its correlation id
-                out.append(held[:WALK_START])
-                self._walk, self._left = decision, SIZE_PREFIX + self._size - WALK_START
+                start = self.walk_start
+                out.append(held[:start])
+                self._walk, self._left = decision, SIZE_PREFIX + self._size - start
                 self._held.clear()
                 self._step(None, out)
-                self._feed(memoryview(held)[WALK_START:], out)  # what the head held beyond
+                self._feed(memoryview(held)[start:], out)  # what the head held beyond
 
     def _step(self, got: bytes | None, out: list[Chunk]) -> None:
         """Give a walked frame's walk what it asked for (got) and pass that on, then set up
@@ -164,26 +180,39 @@ class _Splitter:
         if self._tail:
             assert got is not None
             out.append(self.on_tail(got))
-            self._walk, self._tail = None, False
+            self._walk, self._tail, self._lenient = None, False, False
             self._reset()
             return
         if got is not None:
             out.append(got)
             self._left -= len(got)
-        step = next(walk) if got is None else walk.send(got)
-        if step == TAIL:
-            if not self._left:
-                raise MalformedMessage("the frame ends before its tagged fields")
-            self._tail, self._want = True, self._left
-        elif step > 0:
-            if step > self._left:
-                raise MalformedMessage("a field runs past the end of its frame")
-            self._want = step
-        else:
-            if -step > self._left:
-                raise MalformedMessage("records run past the end of their frame")
-            self._left += step
-            self._passing = -step
+        try:
+            step = next(walk) if got is None else walk.send(got)
+            if step == TAIL:
+                if not self._left:
+                    raise MalformedMessage("the frame ends before its tagged fields")
+                self._tail, self._want = True, self._left
+            elif step > 0:
+                if step > self._left:
+                    raise MalformedMessage("a field runs past the end of its frame")
+                self._want = step
+            else:
+                if -step > self._left:
+                    raise MalformedMessage("records run past the end of their frame")
+                self._left += step
+                self._passing = -step
+        except StopIteration:  # a walk without a tail: the message ends here
+            self._end_walk()
+        except MalformedMessage:
+            if not self._lenient:
+                raise
+            self._end_walk()
+
+    def _end_walk(self) -> None:
+        """The walk is over; whatever is left of the frame passes on (read)."""
+        self._walk, self._lenient = None, False
+        self._passing = self._left
+        self._reset()
 
     def _start_frame(self) -> None:
         size = int.from_bytes(self._held[:SIZE_PREFIX], "big", signed=True)
@@ -208,7 +237,8 @@ class _Splitter:
 
     def on_head(self, head: bytes, complete: bool) -> bool | Walk:
         """True: pass this frame through (head first); False: hold it whole for on_frame;
-        a Walk: walk it as it streams (see streaming), its tail going to on_tail."""
+        a Walk: walk it as it streams (see streaming), its tail going to on_tail. A walk
+        that only finds records to pass unread sets _lenient."""
         raise NotImplementedError
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -219,11 +249,13 @@ class _Splitter:
 
 
 class _Requests(_Splitter):
-    def __init__(self, exchange: Exchange, max_frame_size: int) -> None:
-        super().__init__(max_frame_size, REQUEST_HEAD)
+    walk_start = REQUEST_WALK_START
+
+    def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
+        super().__init__(max_frame_size, REQUEST_HEAD, records_only)
         self.exchange = exchange
 
-    def on_head(self, head: bytes, complete: bool) -> bool:
+    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
         try:
             header = parse_request_header(head)
             wanted = expects_response(head, header)
@@ -232,6 +264,12 @@ class _Requests(_Splitter):
                 raise
             return False  # the header is longer than the head: look at the whole frame
         self.exchange.observe_request(header, wanted)
+        if self.records_only and header.body_offset is not None:
+            plan = carrying_records(header.api_key, header.api_version, response=False)
+            if plan is not None:  # a Produce request: its records pass unread
+                self._lenient = True
+                version = request_header_version(header.api_key, header.api_version)
+                return request_walk(plan, version)
         return True
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -241,12 +279,13 @@ class _Requests(_Splitter):
 
 
 RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is within 16 bytes
-WALK_START = SIZE_PREFIX + 4  # a walk starts after the correlation id
 
 
 class _Responses(_Splitter):
-    def __init__(self, exchange: Exchange, max_frame_size: int) -> None:
-        super().__init__(max_frame_size, RESPONSE_HEAD)
+    walk_start = RESPONSE_WALK_START
+
+    def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
+        super().__init__(max_frame_size, RESPONSE_HEAD, records_only)
         self.exchange = exchange
         self._current: InFlight | None = None
         self._plan: StructPlan | None = None  # of the response being walked
@@ -261,6 +300,13 @@ class _Responses(_Splitter):
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
             return False
+        if self.records_only:
+            plan = carrying_records(request.api_key, request.api_version, response=True)
+            if plan is not None:  # a Fetch answer that names no broker: records pass unread
+                self.exchange.on_response(request, None)
+                self._lenient = True
+                header_tags = response_header_version(request.api_key, request.api_version) == 1
+                return walk(plan, header_tags=header_tags, tail=False)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, head)
         self.exchange.on_response(request, None)
@@ -298,16 +344,19 @@ class Exchange:
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         on_response: Callable[[InFlight, bytes | None], None] | None = None,
         on_request: Callable[[RequestHeader], None] | None = None,
+        records_only: bool = False,
     ) -> None:
+        """records_only: let only record data pass unread (a recording reads the rest)."""
         self.mapper = mapper
+        self.records_only = records_only
         self.caps = caps
         self.tracker = CorrelationTracker()
         self.stats = ExchangeStats()
         self._learn = learn
         self._on_response = on_response
         self._on_request = on_request
-        self.requests: Direction = _Requests(self, max_frame_size)
-        self.responses: Direction = _Responses(self, max_frame_size)
+        self.requests: Direction = _Requests(self, max_frame_size, records_only)
+        self.responses: Direction = _Responses(self, max_frame_size, records_only)
 
     @property
     def waiting(self) -> int:
@@ -397,6 +446,8 @@ class _Untouched:
 class Pipe:
     """The Exchange of transparent mode: bytes pass both ways untouched and unread (TLS and
     SASL stay end to end)."""
+
+    records_only = False  # every byte may pass unread: a recording must read them all
 
     def __init__(self) -> None:
         self.stats = ExchangeStats()

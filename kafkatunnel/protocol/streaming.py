@@ -14,8 +14,11 @@ Metadata, as clients did before KIP-951. Either way the client never sees an in-
 address.
 
 The walk is a generator of steps: n > 0 asks for the next n bytes (sent back into the
-generator, passed on unchanged); n < 0 lets -n bytes pass unread; TAIL asks for the rest of
-the frame, the top-level tagged fields, which rewrite_tail() then rewrites.
+generator, passed on unchanged); n < 0 lets -n bytes of record data pass unread (only
+records ever do); TAIL asks for the rest of the frame, the top-level tagged fields, which
+rewrite_tail() then rewrites. The same walks, without TAIL, let a recording tunnel splice
+the records of any message that carries them (request_walk for Produce requests) while it
+reads everything else.
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ from collections.abc import Generator
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
+from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_header_version
 from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, keep_address, splice
-from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, response_plan
+from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, request_plan, response_plan
 
 TAIL = 0
+# Walks start just after the correlation id: a response's first field, a request's fourth.
+RESPONSE_WALK_START = SIZE_PREFIX + 4
+REQUEST_WALK_START = SIZE_PREFIX + 8
 # Tags for padding, after every tag Kafka defines: the largest of two and of three bytes
 # (a varint's width steps at 128, so one width alone cannot pad to every size).
 PADDING_TAGS = (0x3FFF, 0x1FFFFF)
@@ -51,6 +58,18 @@ def streamable(api_key: int, api_version: int) -> StructPlan | None:
     return plan
 
 
+@functools.cache
+def carrying_records(api_key: int, api_version: int, response: bool) -> StructPlan | None:
+    """The plan of a request or response that carries record data (Produce requests,
+    Fetch and ShareFetch answers): a recording walks these so that only the records pass
+    unread."""
+    try:
+        plan = (response_plan if response else request_plan)(api_key, api_version)
+    except (UnknownApiKey, UnsupportedVersion):
+        return None
+    return plan if any(map(_has_records, plan.fields)) else None
+
+
 def _names_brokers(field: FieldPlan) -> bool:
     return field.struct is not None and field.struct.has_addresses
 
@@ -61,12 +80,30 @@ def _has_records(field: FieldPlan) -> bool:
     return field.struct is not None and any(map(_has_records, field.struct.fields))
 
 
-def walk(plan: StructPlan) -> Walk:
-    """The steps of one response body, from just after its correlation id."""
-    yield from _tagged()  # the response header's tagged fields
+def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Walk:
+    """The steps of one response, from just after its correlation id: the header's tagged
+    fields (response header v1), the body's fields, then TAIL for the top-level tagged
+    fields to be rewritten, or (tail=False) those fields walked like the rest."""
+    if header_tags:
+        yield from _tagged()
     for field in plan.fields:
         yield from _field(field)
-    yield TAIL
+    if tail:
+        yield TAIL
+    elif plan.flexible:
+        yield from _tagged()
+
+
+def request_walk(plan: StructPlan, header_version: int) -> Walk:
+    """The steps of one request, from just after its correlation id: the client id (header
+    v1 and v2), the header's tagged fields (v2), then the body."""
+    if header_version >= 1:
+        length = yield from _int(2)
+        if length > 0:
+            yield length
+    if header_version == 2:
+        yield from _tagged()
+    yield from walk(plan, header_tags=False, tail=False)
 
 
 def _uvarint() -> Generator[int, bytes | None, int]:

@@ -88,8 +88,10 @@ class ClientConnection:
         upstream.on_gone = lambda: self._upstream_ended(None)
         assert self.sock is not None
         client = self.sock.fileno()
-        zero_copy = self.zero_copy and self.recording is None  # a recording reads every byte
         recording = self.recording
+        # A recording reads every byte the Exchange does not mark as record data it need not
+        # keep; one that keeps payloads (or a Pipe's opaque bytes) reads them all.
+        zero_copy = self.zero_copy and (recording is None or self.exchange.records_only)
         self.pumps = [
             Pump(
                 client,
@@ -100,6 +102,7 @@ class ClientConnection:
                 on_source_end=self._client_ended,
                 on_sink_error=self._upstream_ended,
                 on_chunks=None if recording is None else recording.from_client,
+                on_unread=None if recording is None else recording.unread_from_client,
             ),
             Pump(
                 upstream.read_fd,
@@ -110,6 +113,7 @@ class ClientConnection:
                 on_source_end=self._broker_ended,
                 on_sink_error=lambda _: self.close(),  # the client went away
                 on_chunks=None if recording is None else recording.to_client,
+                on_unread=None if recording is None else recording.unread_to_client,
             ),
         ]
         for pump in self.pumps:

@@ -64,6 +64,7 @@ class Pump:
         on_source_end: Callable[[BaseException | None], None],
         on_sink_error: Callable[[OSError], None],
         on_chunks: Callable[[list[Chunk]], None] | None = None,
+        on_unread: Callable[[int], None] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
@@ -74,7 +75,8 @@ class Pump:
         self.on_bytes = on_bytes
         self.on_source_end = on_source_end
         self.on_sink_error = on_sink_error
-        self.on_chunks = on_chunks
+        self.on_chunks = on_chunks  # what was read and passed on (a recording's view)
+        self.on_unread = on_unread  # how many bytes passed on without being read
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: tuple[int, int, int] | None = None
@@ -169,6 +171,8 @@ class Pump:
             self._source_ended(None)
             return False
         self.direction.skip(moved)
+        if self.on_unread is not None:
+            self.on_unread(moved)
         self._in_pipe = moved
         self.spliced += moved
         self.on_bytes(moved)

@@ -269,6 +269,8 @@ class Tunnel:
             max_frame_size=self.config.max_frame_size,
             learn=self.registry.learn,
             on_request=endpoint.count_request,
+            # a recording without payloads keeps no record data: let it pass unread
+            records_only=self.recorder is not None and not self.recorder.payloads,
         )
 
     # -- reporting --------------------------------------------------------------------------
