@@ -8,7 +8,8 @@ Paths to a tansu broker on this machine's loopback, each its own broker process:
   tansu-proxy  `tansu proxy`, a Rust Kafka proxy (same binary as the broker)
   kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
                a Kubernetes name that only the tunnel's rewriting makes usable; variants
-               on asyncio's own loop and without zero-copy (--no-zero-copy) on request
+               on asyncio's own loop, without zero-copy (--no-zero-copy), recording
+               (--record DIR) and recording with payloads (--record-payloads) on request
 Each round measures the other paths in random order with a direct measurement before and
 after each one (direct, A, direct, B, direct, ...): a path is compared with the mean of the
 two direct measurements around it, so a spell of noise on this shared machine falls on
@@ -17,7 +18,8 @@ broker that kept each round's data grew slower from round to round). Produce: N 
 acks=1; consume: the same N from the start; latency: Metadata round trips on one
 connection (each rewritten by the proxies that rewrite). "vs direct" and "added" are
 medians over rounds of those comparisons; relay CPU is the relay processes' CPU time per
-MB produced.
+MB produced. Recording variants are also compared with the plain tunnel of the same round
+(their ratios to direct, divided), the figure the recording's cost is judged by.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -53,6 +56,7 @@ class Path_:
     broker_port: int = 0
     advertised: str = ""
     restart: Callable[[], ManagedProcess] | None = None  # a relay that outlives no broker
+    scratch: Path | None = None  # emptied before each measurement (recordings)
     produce: list[float] = field(default_factory=list)
     consume: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
@@ -69,6 +73,9 @@ class Path_:
         self.p99_added.append(mine.p99 - (before.p99 + after.p99) / 2)
 
     def fresh_broker(self) -> None:
+        if self.scratch is not None:  # the open file is unlinked; its space comes back later
+            for old in self.scratch.iterdir():
+                old.unlink()
         self.processes[0].stop()
         self.processes[0] = broker(self.broker_port, self.advertised)
         if self.restart is not None:  # tansu proxy keeps its connections to the old broker
@@ -157,8 +164,13 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     paths.append(proxied)
 
     for variant in tunnels:
-        loop, _, kind = variant.partition("-")  # kind: "", "copy", or "baseline"
+        loop, _, kind = variant.partition("-")  # "", copy, baseline, record, record-payloads
         flags = ["--loop", loop] + (["--no-zero-copy"] if kind == "copy" else [])
+        scratch = None
+        if kind.startswith("record"):
+            scratch = Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-record-"))
+            flags += ["--record", str(scratch)]
+            flags += ["--record-payloads"] if kind == "record-payloads" else []
         # -P: not the working directory first on sys.path, so PYTHONPATH picks the tree
         code = {"PYTHONPATH": baseline} if kind == "baseline" and baseline else {}
         name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
@@ -175,6 +187,7 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
         )  # fmt: skip
         up.wait_for_line(r"^bootstrap\.servers=", timeout=30)
         tunneled.processes.append(up)
+        tunneled.scratch = scratch
         paths.append(tunneled)
     return paths
 
@@ -249,7 +262,8 @@ def main() -> None:
     parser.add_argument(
         "--tunnels",
         default="uvloop,uvloop-copy,asyncio",
-        help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy",
+        help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy, "
+        "-record: --record DIR, -record-payloads: --record DIR --record-payloads",
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
     parser.add_argument(
@@ -346,6 +360,31 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
     for path in paths[1:]:
         rows = zip(path.produce_ratio, path.consume_ratio, path.p99_added, strict=True)
         print(f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{a:+.2f}" for p, c, a in rows))
+    report_recording(paths)
+
+
+def report_recording(paths: list[Path_]) -> None:
+    """Recording variants against the plain tunnel, round by round: each one's ratio to
+    its own direct runs, divided by the tunnel's, and relay CPU per MB divided."""
+    plain = next((p for p in paths if p.name == "kafkatunnel"), None)
+    recorded = [p for p in paths if "record" in p.name]
+    if plain is None or not recorded:
+        return
+    med = statistics.median
+    print("\n| recording vs the plain tunnel | produce | consume | relay CPU per MB |")
+    print("| --- | ---: | ---: | ---: |")
+    rounds = []
+    for path in recorded:
+        produce = [a / b for a, b in zip(path.produce_ratio, plain.produce_ratio, strict=True)]
+        consume = [a / b for a, b in zip(path.consume_ratio, plain.consume_ratio, strict=True)]
+        cpu = [a / b for a, b in zip(path.relay_cpu, plain.relay_cpu, strict=True)]
+        print(f"| {path.name} | {med(produce):.0%} | {med(consume):.0%} | {med(cpu):.2f}x |")
+        cells = zip(produce, consume, cpu, strict=True)
+        rounds.append(
+            f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{u:.2f}x" for p, c, u in cells)
+        )
+    print("\nround by round (produce / consume / relay CPU, vs the plain tunnel):")
+    print("\n".join(rounds))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import contextlib
 import json
 import logging
 import os
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from kafkatunnel.capture.trace import Address, ConnectionTrace
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
-FLUSH_EVERY_NS = 1_000_000_000
+DEFAULT_BACKLOG_BYTES = 256 * 1024 * 1024  # memory held for a disk that cannot keep up
 FILE_PREFIX = "kafkatunnel-"
 
 
@@ -50,37 +52,61 @@ class Listener:
         return "bootstrap" if self.node_id is None else f"broker-{self.node_id}"
 
 
+_CLOSE = None
+_Command = Path | bytes | threading.Event | None  # open a file, write, signal, close
+WRITE_BATCH = 1 << 20
+
+
+def _open_unbuffered(path: Path) -> BinaryIO:
+    return open(path, "wb", buffering=0)  # the writer closes it
+
+
 class Recorder:
+    """The recording of one tunnel run. The relay's thread only builds blocks and queues
+    them: a thread of the recorder's own writes them, so a slow or stalled disk never slows
+    a connection. A disk that fails (full) or falls more than `backlog_bytes` behind stops
+    the recording, says why (status), and never touches a connection."""
+
     def __init__(
         self,
         directory: Path,
         rotate_bytes: int = DEFAULT_ROTATE_BYTES,
         payloads: bool = False,
         clock: Callable[[], int] = time.time_ns,
+        backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+        opener: Callable[[Path], BinaryIO] = _open_unbuffered,
     ) -> None:
         self.directory = directory
         self.rotate_bytes = rotate_bytes
         self.payloads = payloads
         self.clock = clock
+        self.backlog_bytes = backlog_bytes
         self.run = uuid.uuid4().hex[:12]
         self.listeners: list[Listener] = []
         self._index: dict[Listener, int] = {}
         self.files: list[Path] = []
-        self.written = 0  # bytes, all files
-        self._file: BinaryIO | None = None
-        self._file_bytes = 0
-        self._flushed = clock()
         self.failed: str | None = None
+        self._queued = 0  # bytes handed to the writer (relay thread only)
+        self._handled = 0  # bytes the writer wrote or, once stopped, dropped (writer only)
+        self.written = 0  # bytes the writer stored, all files (writer thread only)
+        self._file_bytes = 0  # bytes queued for the current file
+        self._stopped = False  # no more blocks are queued
+        self._queue: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         directory.mkdir(parents=True, exist_ok=True)
+        self._writer = _Writer(self, opener)
+        self._writer.start()
         self._rotate()
 
+    @property
+    def backlog(self) -> int:
+        """Bytes queued and not yet written."""
+        return self._queued - self._handled
+
     def _rotate(self) -> None:
-        if self._file is not None:
-            self._file.close()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = self.directory / f"{FILE_PREFIX}{stamp}-{self.run}-{len(self.files):05d}.pcapng"
-        self._file = open(path, "wb", buffering=1024 * 1024)  # noqa: SIM115 (kept open)
         self.files.append(path)
+        self._queue.put(path)
         self._file_bytes = 0
         comment = (
             f"kafkatunnel recording run {self.run}. Decode as Kafka: tshark -r FILE "
@@ -91,24 +117,32 @@ class Recorder:
             self._put(pcapng.interface_description(listener.name, listener.description(self.run)))
 
     def _put(self, block: bytes) -> None:
-        if self._file is None:
+        if self._stopped:
             return
-        try:
-            self._file.write(block)
-        except OSError as error:
-            self._fail(error)
+        if self.failed is not None:  # the writer failed: queue no more
+            self._stop()
             return
+        if self.backlog > self.backlog_bytes:
+            self.fail(
+                f"the disk fell {self.backlog >> 20} MiB behind the traffic (is "
+                f"{self.directory} on a slow or stalled disk?); record to a faster one"
+            )
+            return
+        self._queue.put(block)
+        self._queued += len(block)
         self._file_bytes += len(block)
-        self.written += len(block)
 
-    def _fail(self, error: OSError) -> None:
-        """A full disk stops the recording, never the tunnel."""
-        self.failed = f"recording stopped: {error}"
-        log.error("%s (in %s)", self.failed, self.directory)
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-        self._file = None
+    def fail(self, why: str) -> None:
+        """Stop the recording, saying why; connections are not touched."""
+        if self.failed is None:
+            self.failed = f"recording stopped: {why}"
+            log.error("%s (in %s)", self.failed, self.directory)
+        self._stop()
+
+    def _stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._queue.put(_CLOSE)
 
     def interface(self, listener: Listener) -> int:
         index = self._index.get(listener)
@@ -119,38 +153,107 @@ class Recorder:
         return index
 
     def write(self, interface: int, packets: list[bytes]) -> None:
-        if not packets or self._file is None:
+        if not packets or self._stopped:
             return
         if self._file_bytes >= self.rotate_bytes:
-            try:
-                self._rotate()
-            except OSError as error:
-                self._fail(error)
-                return
+            self._rotate()
         now = self.clock()
         for packet in packets:
             self._put(pcapng.enhanced_packet(interface, now, packet))
-        if self._file is not None and now - self._flushed > FLUSH_EVERY_NS:
-            try:  # a reader (or a crash) misses at most the last second
-                self._file.flush()
-            except OSError as error:
-                self._fail(error)
-            self._flushed = now
 
     def connection(self, listener: Listener, client: Address, server: Address) -> Recording:
         trace = ConnectionTrace(client, server, self.payloads)
         return Recording(self, self.interface(listener), trace)
 
-    def close(self) -> None:
-        if self._file is not None:
+    def sync(self, timeout: float = 30.0) -> bool:
+        """Wait until every block queued so far is written (or the writer ended): False if
+        that took longer than `timeout`."""
+        done = threading.Event()
+        self._queue.put(done)  # the writer sets it once it has written what came before
+        deadline = time.monotonic() + timeout
+        while self._writer.is_alive():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if done.wait(min(left, 0.1)):  # or the writer ends without reaching it
+                return True
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued, sync it to disk and close the file (up to `timeout`)."""
+        self._stop()
+        self._writer.join(timeout)
+        if self._writer.is_alive():
+            self.fail(f"the disk did not take the last {self.backlog >> 20} MiB in {timeout:g}s")
+
+
+class _Writer(threading.Thread):
+    """The thread that owns the recording's file: opens, writes in batches, closes."""
+
+    def __init__(self, recorder: Recorder, opener: Callable[[Path], BinaryIO]) -> None:
+        super().__init__(name="kafkatunnel-recorder", daemon=True)
+        self.recorder = recorder
+        self.opener = opener
+        self.file: BinaryIO | None = None
+
+    def run(self) -> None:
+        recorder = self.recorder
+        commands = recorder._queue
+        batch: list[bytes] = []
+        size = 0
+        while True:
+            command = commands.get()
             try:
-                self._file.flush()
-                os.fsync(self._file.fileno())
+                while isinstance(command, bytes):  # a run of blocks: one write
+                    batch.append(command)
+                    size += len(command)
+                    if size >= WRITE_BATCH:
+                        break
+                    try:
+                        command = commands.get_nowait()
+                    except queue.Empty:
+                        command = b""
+                        break
+                self._write(batch)
+                batch.clear()
+                size = 0
+                if isinstance(command, Path):
+                    self._close(sync=False)
+                    if recorder.failed is None:
+                        self.file = self.opener(command)
+                elif isinstance(command, threading.Event):
+                    command.set()
+                elif command is _CLOSE:
+                    self._close(sync=True)
+                    return
             except OSError as error:
-                self._fail(error)
-            if self._file is not None:
-                self._file.close()
-            self._file = None
+                recorder.fail(str(error))
+                self._close(sync=False)
+                recorder._handled += size
+                batch.clear()
+                size = 0
+
+    def _write(self, batch: list[bytes]) -> None:
+        size = sum(map(len, batch))
+        if size and self.file is not None and self.recorder.failed is None:
+            view = memoryview(b"".join(batch))
+            while view:
+                view = view[self.file.write(view) or 0 :]
+            self.recorder.written += size
+        self.recorder._handled += size
+
+    def _close(self, sync: bool) -> None:
+        file, self.file = self.file, None
+        if file is None:
+            return
+        try:
+            if sync:
+                os.fsync(file.fileno())
+        except OSError as error:
+            self.recorder.fail(str(error))
+        finally:
+            with contextlib.suppress(OSError):
+                file.close()
 
 
 class Recording:

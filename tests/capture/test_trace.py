@@ -4,8 +4,10 @@ and nothing kept of requests the tunnel cannot read."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -109,13 +111,43 @@ def test_tshark_sees_consistent_tcp_and_kafka(tmp_path: Path) -> None:
 
 
 def test_a_recording_that_cannot_be_written_stops_quietly(tmp_path: Path) -> None:
-    recorder = Recorder(tmp_path)
-    assert recorder._file is not None
-    recorder._file.close()
-    recorder._file = open("/dev/full", "wb", buffering=0)  # noqa: SIM115 - every write: ENOSPC
+    """Every write fails with ENOSPC (/dev/full): the recording stops and says so; the
+    connection's calls return as usual."""
+    recorder = Recorder(tmp_path, opener=lambda _: open("/dev/full", "wb", buffering=0))  # noqa: SIM115
     recording = recorder.connection(LISTENER, CLIENT, SERVER)
     request, response = _lookup(1)
     recording.from_client([request])  # no exception reaches the connection
     recording.to_client([response])
+    assert recorder.sync()
     assert recorder.failed is not None and "No space left on device" in recorder.failed
+    recording.from_client([request])  # nor after it stopped
     recorder.close()
+
+
+def test_a_stalled_disk_never_holds_up_a_connection(tmp_path: Path) -> None:
+    """The recording's file is a pipe nobody reads: its writer blocks for good. The
+    connection's calls keep returning; once the disk is a set backlog behind, the recording
+    stops and says why, and holds no more."""
+    read_end, write_end = os.pipe()
+    recorder = Recorder(
+        tmp_path,
+        payloads=True,
+        backlog_bytes=1 << 20,
+        opener=lambda _: os.fdopen(write_end, "wb", buffering=0),
+    )
+    recording = recorder.connection(LISTENER, CLIENT, SERVER)
+    big = _big_produce(1, 60_000)
+
+    def traffic() -> None:  # 6 MB of frames kept whole, the pipe takes 64 KiB
+        for _ in range(100):
+            recording.from_client([big])
+
+    runner = threading.Thread(target=traffic)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "a recording call blocked on a stalled disk"
+    assert recorder.failed is not None and "fell" in recorder.failed, recorder.failed
+    assert recorder.backlog < (1 << 20) + len(big) + 1000  # it stopped queueing there
+    os.close(read_end)  # the writer's write now fails (EPIPE) and it ends
+    recorder.close()
+    assert not recorder._writer.is_alive()
