@@ -44,13 +44,19 @@ def _checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
+@functools.lru_cache(maxsize=1024)
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """Parsed once per address, not once per packet."""
+    return ipaddress.ip_address(text)
+
+
 def ip_tcp_segment(
     src: tuple[str, int], dst: tuple[str, int], seq: int, ack: int, flags: int, payload: bytes
 ) -> bytes:
     """One IPv4 (or IPv6) packet holding a TCP segment. The TCP checksum is left zero, as a
     capture of checksum offload shows it; the IPv4 header checksum is correct."""
     tcp = _TCP.pack(src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, 65535, 0, 0)
-    source, dest = ipaddress.ip_address(src[0]), ipaddress.ip_address(dst[0])
+    source, dest = _address(src[0]), _address(dst[0])
     if source.version == 4 and dest.version == 4:
         total = 20 + len(tcp) + len(payload)
         header = _IPV4.pack(0x45, 0, total, 0, 0x4000, 64, 6, 0, source.packed, dest.packed)

@@ -8,6 +8,7 @@ Frames are written whole, so each file can be decoded on its own.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -23,7 +24,7 @@ from typing import BinaryIO
 
 from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
-from kafkatunnel.capture.trace import Address, ConnectionTrace
+from kafkatunnel.capture.trace import Address, ConnectionTrace, Spans
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
@@ -53,8 +54,10 @@ class Listener:
 
 
 _CLOSE = None
-_Command = Path | bytes | threading.Event | None  # open a file, write, signal, close
-WRITE_BATCH = 1 << 20
+# To the writer: a file to open, blocks to write, an event to set once written, close.
+_Command = Path | list[bytes] | threading.Event | None
+HAND_OVER = 256 << 10  # bytes of blocks handed to the writer at once, at the most
+HAND_OVER_AFTER = 0.1  # seconds a block waits for the writer, at the most
 
 
 def _open_unbuffered(path: Path) -> BinaryIO:
@@ -62,10 +65,13 @@ def _open_unbuffered(path: Path) -> BinaryIO:
 
 
 class Recorder:
-    """The recording of one tunnel run. The relay's thread only builds blocks and queues
-    them: a thread of the recorder's own writes them, so a slow or stalled disk never slows
-    a connection. A disk that fails (full) or falls more than `backlog_bytes` behind stops
-    the recording, says why (status), and never touches a connection."""
+    """The recording of one tunnel run. The relay's thread only builds blocks; a thread of
+    the recorder's own writes them, so a slow or stalled disk never slows a connection.
+    Blocks are handed over in batches (every HAND_OVER bytes, or HAND_OVER_AFTER seconds
+    after the first): waking the writer thread for every packet cost more than the rest of
+    recording it. A disk that fails
+    (full) or falls more than `backlog_bytes` behind stops the recording, says why
+    (status), and never touches a connection."""
 
     def __init__(
         self,
@@ -86,11 +92,13 @@ class Recorder:
         self._index: dict[Listener, int] = {}
         self.files: list[Path] = []
         self.failed: str | None = None
-        self._queued = 0  # bytes handed to the writer (relay thread only)
+        self._pending: list[bytes] = []  # blocks not handed over yet
+        self._pending_bytes = 0
+        self._queued = 0  # bytes of blocks made (relay thread only)
         self._handled = 0  # bytes the writer wrote or, once stopped, dropped (writer only)
         self.written = 0  # bytes the writer stored, all files (writer thread only)
-        self._file_bytes = 0  # bytes queued for the current file
-        self._stopped = False  # no more blocks are queued
+        self._file_bytes = 0  # bytes made for the current file
+        self._stopped = False  # no more blocks are made
         self._queue: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         directory.mkdir(parents=True, exist_ok=True)
         self._writer = _Writer(self, opener)
@@ -99,14 +107,14 @@ class Recorder:
 
     @property
     def backlog(self) -> int:
-        """Bytes queued and not yet written."""
+        """Bytes made and not yet written."""
         return self._queued - self._handled
 
     def _rotate(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = self.directory / f"{FILE_PREFIX}{stamp}-{self.run}-{len(self.files):05d}.pcapng"
         self.files.append(path)
-        self._queue.put(path)
+        self._send(path)
         self._file_bytes = 0
         comment = (
             f"kafkatunnel recording run {self.run}. Decode as Kafka: tshark -r FILE "
@@ -119,7 +127,7 @@ class Recorder:
     def _put(self, block: bytes) -> None:
         if self._stopped:
             return
-        if self.failed is not None:  # the writer failed: queue no more
+        if self.failed is not None:  # the writer failed: make no more
             self._stop()
             return
         if self.backlog > self.backlog_bytes:
@@ -128,9 +136,28 @@ class Recorder:
                 f"{self.directory} on a slow or stalled disk?); record to a faster one"
             )
             return
-        self._queue.put(block)
+        self._pending.append(block)
+        self._pending_bytes += len(block)
         self._queued += len(block)
         self._file_bytes += len(block)
+        if self._pending_bytes >= HAND_OVER:
+            self._hand_over()
+        elif len(self._pending) == 1:
+            try:
+                asyncio.get_running_loop().call_later(HAND_OVER_AFTER, self._hand_over)
+            except RuntimeError:  # no event loop (a tool, a test): hand over at once
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._pending:
+            self._queue.put(self._pending)
+            self._pending = []
+            self._pending_bytes = 0
+
+    def _send(self, command: _Command) -> None:
+        """A command for the writer, after the blocks made before it."""
+        self._hand_over()
+        self._queue.put(command)
 
     def fail(self, why: str) -> None:
         """Stop the recording, saying why; connections are not touched."""
@@ -142,7 +169,7 @@ class Recorder:
     def _stop(self) -> None:
         if not self._stopped:
             self._stopped = True
-            self._queue.put(_CLOSE)
+            self._send(_CLOSE)
 
     def interface(self, listener: Listener) -> int:
         index = self._index.get(listener)
@@ -166,10 +193,10 @@ class Recorder:
         return Recording(self, self.interface(listener), trace)
 
     def sync(self, timeout: float = 30.0) -> bool:
-        """Wait until every block queued so far is written (or the writer ended): False if
+        """Wait until every block made so far is written (or the writer ended): False if
         that took longer than `timeout`."""
         done = threading.Event()
-        self._queue.put(done)  # the writer sets it once it has written what came before
+        self._send(done)  # the writer sets it once it has written what came before
         deadline = time.monotonic() + timeout
         while self._writer.is_alive():
             left = deadline - time.monotonic()
@@ -180,7 +207,7 @@ class Recorder:
         return True
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write what is queued, sync it to disk and close the file (up to `timeout`)."""
+        """Write what is made, sync it to disk and close the file (up to `timeout`)."""
         self._stop()
         self._writer.join(timeout)
         if self._writer.is_alive():
@@ -188,7 +215,7 @@ class Recorder:
 
 
 class _Writer(threading.Thread):
-    """The thread that owns the recording's file: opens, writes in batches, closes."""
+    """The thread that owns the recording's file: opens, writes, closes."""
 
     def __init__(self, recorder: Recorder, opener: Callable[[Path], BinaryIO]) -> None:
         super().__init__(name="kafkatunnel-recorder", daemon=True)
@@ -198,45 +225,30 @@ class _Writer(threading.Thread):
 
     def run(self) -> None:
         recorder = self.recorder
-        commands = recorder._queue
-        batch: list[bytes] = []
-        size = 0
         while True:
-            command = commands.get()
+            command = recorder._queue.get()
             try:
-                while isinstance(command, bytes):  # a run of blocks: one write
-                    batch.append(command)
-                    size += len(command)
-                    if size >= WRITE_BATCH:
-                        break
-                    try:
-                        command = commands.get_nowait()
-                    except queue.Empty:
-                        command = b""
-                        break
-                self._write(batch)
-                batch.clear()
-                size = 0
-                if isinstance(command, Path):
+                if isinstance(command, list):
+                    self._write(command)
+                elif isinstance(command, Path):
                     self._close(sync=False)
                     if recorder.failed is None:
                         self.file = self.opener(command)
                 elif isinstance(command, threading.Event):
                     command.set()
-                elif command is _CLOSE:
+                else:
                     self._close(sync=True)
                     return
             except OSError as error:
                 recorder.fail(str(error))
                 self._close(sync=False)
-                recorder._handled += size
-                batch.clear()
-                size = 0
+                if isinstance(command, list):
+                    recorder._handled += sum(map(len, command))
 
-    def _write(self, batch: list[bytes]) -> None:
-        size = sum(map(len, batch))
-        if size and self.file is not None and self.recorder.failed is None:
-            view = memoryview(b"".join(batch))
+    def _write(self, blocks: list[bytes]) -> None:
+        size = sum(map(len, blocks))
+        if self.file is not None and self.recorder.failed is None:
+            view = memoryview(b"".join(blocks))
             while view:
                 view = view[self.file.write(view) or 0 :]
             self.recorder.written += size
@@ -272,6 +284,12 @@ class Recording:
 
     def to_client(self, chunks: list[bytes | memoryview]) -> None:
         self.recorder.write(self.interface, self.trace.to_client(chunks))
+
+    def records_in_request(self, start: int, spans: Spans, compact: bool) -> None:
+        self.trace.records_in_request(start, spans, compact)
+
+    def records_in_response(self, start: int, spans: Spans, compact: bool) -> None:
+        self.trace.records_in_response(start, spans, compact)
 
     def unread_from_client(self, count: int) -> None:
         self.recorder.write(self.interface, self.trace.unread_from_client(count))

@@ -40,6 +40,9 @@ from kafkatunnel.protocol.streaming import (
 
 # A frame as a recording saw it: bytes, and (ints) runs of record data that passed unread.
 Part = bytes | memoryview | int
+# Where the relay's walk found a frame's record data (offsets in it), and whether the
+# message's encodings are compact (a flexible version).
+Records = tuple[tuple[tuple[int, int], ...], bool]
 
 SASL_AUTHENTICATE = 36
 # + RenewDelegationToken, ExpireDelegationToken, AlterUserScramCredentials requests
@@ -91,10 +94,14 @@ SECRETS = frozenset({"bytes", "records"})
 
 
 def redact_request(
-    frame: bytes | list[Part], header: RequestHeader, payloads: bool = False
+    frame: bytes | list[Part],
+    header: RequestHeader,
+    payloads: bool = False,
+    records: Records | None = None,
 ) -> bytes:
     """The request frame as a recording may keep it. A frame given as parts (some of its
-    record data passed unread) must be one whose records are cut."""
+    record data passed unread) must be one whose records are cut; `records`, where the
+    relay's walk found them, spares walking it again."""
     key, version = header.api_key, header.api_version
     whole = frame if isinstance(frame, bytes) else None
     secret = key in SECRET_REQUESTS
@@ -107,6 +114,8 @@ def redact_request(
     try:
         if secret and whole is not None:
             return _cut(whole, request_plan(key, version), body, SECRETS)
+        if records is not None and not secret:
+            return cut_spans(_parts(frame), *records)
         plan = carrying_records(key, version, response=False)
         if secret or plan is None:
             raise MalformedMessage(f"API {key} v{version} requests carry no records")
@@ -117,9 +126,14 @@ def redact_request(
 
 
 def redact_response(
-    frame: bytes | list[Part], api_key: int, api_version: int, payloads: bool = False
+    frame: bytes | list[Part],
+    api_key: int,
+    api_version: int,
+    payloads: bool = False,
+    records: Records | None = None,
 ) -> bytes:
-    """The response frame as a recording may keep it (parts: as for redact_request)."""
+    """The response frame as a recording may keep it (parts, records: as for
+    redact_request)."""
     whole = frame if isinstance(frame, bytes) else None
     secret = api_key in SECRET_RESPONSES
     if whole is not None and not secret and (payloads or api_key not in PAYLOAD_RESPONSES):
@@ -132,6 +146,8 @@ def redact_response(
     try:
         if secret and whole is not None:
             return _cut(whole, response_plan(api_key, api_version), body, SECRETS)
+        if records is not None and not secret:
+            return cut_spans(_parts(frame), *records)
         plan = carrying_records(api_key, api_version, response=True)
         if secret or plan is None:
             raise MalformedMessage(f"API {api_key} v{api_version} answers carry no records")
@@ -184,6 +200,31 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
         pass
     if reader.left:
         raise MalformedMessage(f"{reader.left} bytes follow the end of the message")
+    out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
+    return bytes(out)
+
+
+def cut_spans(parts: Sequence[Part], spans: Sequence[tuple[int, int]], compact: bool) -> bytes:
+    """The frame in `parts` with the record data at `spans` (offsets in the frame, as the
+    relay's walk found them) made empty: each span's length prefix, just before it, is
+    replaced too, and the size prefix made to fit. No walk: the relay walked it already.
+    Raises ProtocolError when the parts do not fit the spans."""
+    reader = _Parts(parts)
+    out = bytearray()
+    empty = wire.write_uvarint(1) if compact else wire.write_int32(0)
+    at = 0
+    for start, end in spans:
+        length = end - start
+        prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
+        if start - len(prefix) < at:
+            raise MalformedMessage("record sets overlap")
+        out += reader.take(start - len(prefix) - at)
+        if reader.take(len(prefix)) != prefix:
+            raise MalformedMessage("a record set's length is not where the relay found it")
+        out += empty
+        reader.skip(length)
+        at = end
+    out += reader.take(reader.left)
     out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
     return bytes(out)
 

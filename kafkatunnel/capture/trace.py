@@ -13,9 +13,10 @@ had the recording read them.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, ip_tcp_segment
-from kafkatunnel.capture.redact import Part, redact_request, redact_response
+from kafkatunnel.capture.redact import Part, Records, redact_request, redact_response
 from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
@@ -26,6 +27,12 @@ SERVER_ISN = 5_000_000
 
 
 Frame = bytes | list[Part]  # whole, or in parts when some record data passed unread
+Spans = tuple[tuple[int, int], ...]  # where record data lies in a frame
+
+
+class Seen(NamedTuple):
+    frame: Frame
+    records: Records | None  # where the relay's walk found its record data, if it walked it
 
 
 class SeenFrames:
@@ -37,8 +44,16 @@ class SeenFrames:
         self._read = bytearray()  # of the current frame, since its last unread run
         self._parts: list[Part] = []  # of the current frame, before _read
         self._missing = -1  # bytes of the current frame not seen yet; -1: its size unknown
+        self._frame_start = 0  # stream offset of the current frame
+        self._next_frame = 0
+        self._records: dict[int, Records] = {}
 
-    def feed(self, chunk: bytes | memoryview, frames: list[Frame]) -> None:
+    def records(self, start: int, spans: Spans, compact: bool) -> None:
+        """The frame at stream offset `start` has record data at `spans` (the relay's walk
+        says so before it hands over the frame's last bytes)."""
+        self._records[start] = (spans, compact)
+
+    def feed(self, chunk: bytes | memoryview, frames: list[Seen]) -> None:
         view = memoryview(chunk)
         while view:
             if self._missing < 0:
@@ -46,7 +61,7 @@ class SeenFrames:
                 self._read += view[:take]
                 view = view[take:]
                 if len(self._read) == SIZE_PREFIX:
-                    self._start()
+                    self._size()
             else:
                 take = min(self._missing, len(view))
                 self._read += view[:take]
@@ -55,7 +70,7 @@ class SeenFrames:
             if not self._missing:
                 frames.append(self._finish())
 
-    def unread(self, count: int, frames: list[Frame]) -> None:
+    def unread(self, count: int, frames: list[Seen]) -> None:
         if count > self._missing:  # also: before a frame's size was seen
             raise MalformedMessage(f"{count} bytes passed unread outside a frame's body")
         if self._read:
@@ -66,22 +81,25 @@ class SeenFrames:
         if not self._missing:
             frames.append(self._finish())
 
-    def _start(self) -> None:
+    def _size(self) -> None:
         size = int.from_bytes(self._read[:SIZE_PREFIX], "big", signed=True)
         if size < 0 or size > self.max_frame_size:
             raise FrameSizeError(f"frame size {size} is outside 0 to {self.max_frame_size}")
         self._missing = size
+        self._frame_start = self._next_frame
+        self._next_frame += SIZE_PREFIX + size
 
-    def _finish(self) -> Frame:
+    def _finish(self) -> Seen:
         read = bytes(self._read)
         self._read.clear()
         self._missing = -1
+        records = self._records.pop(self._frame_start, None)
         if not self._parts:
-            return read
+            return Seen(read, records)
         parts, self._parts = self._parts, []
         if read:
             parts.append(read)
-        return parts
+        return Seen(parts, records)
 
 
 class ConnectionTrace:
@@ -127,9 +145,16 @@ class ConnectionTrace:
         """`count` bytes of record data went to the client without being read."""
         return self._responses_seen(self._frames(self._responses, (), unread=count))
 
-    def _requests_seen(self, frames: list[Frame]) -> list[bytes]:
+    def records_in_request(self, start: int, spans: Spans, compact: bool) -> None:
+        """The relay walked the request at stream offset `start`: its records are at spans."""
+        self._requests.records(start, spans, compact)
+
+    def records_in_response(self, start: int, spans: Spans, compact: bool) -> None:
+        self._responses.records(start, spans, compact)
+
+    def _requests_seen(self, seen: list[Seen]) -> list[bytes]:
         out: list[bytes] = []
-        for frame in frames:
+        for frame, records in seen:
             head = frame if isinstance(frame, bytes) else frame[0]
             try:
                 if isinstance(head, int):
@@ -144,16 +169,16 @@ class ConnectionTrace:
                     continue
                 if expects_response(bytes(head), header):
                     self._pending[header.correlation_id] = (header.api_key, header.api_version)
-                kept = redact_request(frame, header, self.payloads)
+                kept = redact_request(frame, header, self.payloads, records)
             except ProtocolError as error:
                 self.broken = f"a request could not be read: {error}"
                 return out
             out.extend(self._segments(kept, to_server=True))
         return out
 
-    def _responses_seen(self, frames: list[Frame]) -> list[bytes]:
+    def _responses_seen(self, seen: list[Seen]) -> list[bytes]:
         out: list[bytes] = []
-        for frame in frames:
+        for frame, records in seen:
             head = frame if isinstance(frame, bytes) else frame[0]
             if isinstance(head, int) or len(head) < SIZE_PREFIX + 4:
                 self.broken = "a response began with bytes that passed unread"
@@ -168,7 +193,7 @@ class ConnectionTrace:
             if api is None:
                 self.skipped += 1
                 continue
-            kept = redact_response(frame, api[0], api[1], self.payloads)
+            kept = redact_response(frame, api[0], api[1], self.payloads, records)
             out.extend(self._segments(kept, to_server=False))
         return out
 
@@ -182,10 +207,10 @@ class ConnectionTrace:
 
     def _frames(
         self, seen: SeenFrames, chunks: Iterable[bytes | memoryview], unread: int = 0
-    ) -> list[Frame]:
+    ) -> list[Seen]:
         if self.broken is not None:
             return []
-        frames: list[Frame] = []
+        frames: list[Seen] = []
         try:
             for chunk in chunks:
                 seen.feed(chunk, frames)

@@ -51,6 +51,8 @@ from kafkatunnel.protocol.streaming import (
 )
 
 T = TypeVar("T")
+# (stream offset of a frame, where its record data lies in it, compact encodings)
+RecordsSeen = Callable[[int, tuple[tuple[int, int], ...], bool], None]
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
@@ -92,6 +94,14 @@ class _Splitter:
         # A walk that rewrites nothing (it finds the records to splice): a frame it cannot
         # walk passes on read, as an unwalked frame would, rather than ending the connection.
         self._lenient = False
+        # Where record data lies in the current frame (offsets in it), and the stream
+        # offsets of the current frame and the next: a recording told of them after a
+        # whole walk need not walk the frame again (see on_records).
+        self.on_records: RecordsSeen | None = None
+        self._spans: list[tuple[int, int]] = []
+        self._compact = False  # the walked message is of a flexible version
+        self._frame_start = 0
+        self._next_frame = 0
 
     @property
     def mid_frame(self) -> bool:
@@ -181,6 +191,7 @@ class _Splitter:
             assert got is not None
             out.append(self.on_tail(got))
             self._walk, self._tail, self._lenient = None, False, False
+            self._walked()
             self._reset()
             return
         if got is not None:
@@ -199,9 +210,13 @@ class _Splitter:
             else:
                 if -step > self._left:
                     raise MalformedMessage("records run past the end of their frame")
+                at = SIZE_PREFIX + self._size - self._left
+                self._spans.append((at, at - step))
                 self._left += step
                 self._passing = -step
         except StopIteration:  # a walk without a tail: the message ends here
+            if not self._left:
+                self._walked()
             self._end_walk()
         except MalformedMessage:
             if not self._lenient:
@@ -211,8 +226,20 @@ class _Splitter:
     def _end_walk(self) -> None:
         """The walk is over; whatever is left of the frame passes on (read)."""
         self._walk, self._lenient = None, False
+        self._spans = []
         self._passing = self._left
         self._reset()
+
+    def _walked(self) -> None:
+        """A frame was walked to its end: say where its record data lay."""
+        if self.on_records is not None:
+            self.on_records(self._frame_start, tuple(self._spans), self._compact)
+        self._spans = []
+
+    def walking(self, steps: Walk, compact: bool, lenient: bool) -> Walk:
+        """For on_head: walk this frame (compact: a flexible version's encodings)."""
+        self._compact, self._lenient = compact, lenient
+        return steps
 
     def _start_frame(self) -> None:
         size = int.from_bytes(self._held[:SIZE_PREFIX], "big", signed=True)
@@ -224,6 +251,8 @@ class _Splitter:
             )
         self._size = size
         self._want = SIZE_PREFIX + min(size, self.head_size)
+        self._frame_start = self._next_frame
+        self._next_frame += SIZE_PREFIX + size
 
     def _reset(self) -> None:
         self._held.clear()
@@ -237,8 +266,8 @@ class _Splitter:
 
     def on_head(self, head: bytes, complete: bool) -> bool | Walk:
         """True: pass this frame through (head first); False: hold it whole for on_frame;
-        a Walk: walk it as it streams (see streaming), its tail going to on_tail. A walk
-        that only finds records to pass unread sets _lenient."""
+        a Walk (made with walking()): walk it as it streams (see streaming), its tail going
+        to on_tail."""
         raise NotImplementedError
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -267,9 +296,8 @@ class _Requests(_Splitter):
         if self.records_only and header.body_offset is not None:
             plan = carrying_records(header.api_key, header.api_version, response=False)
             if plan is not None:  # a Produce request: its records pass unread
-                self._lenient = True
                 version = request_header_version(header.api_key, header.api_version)
-                return request_walk(plan, version)
+                return self.walking(request_walk(plan, version), plan.flexible, lenient=True)
         return True
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -296,7 +324,7 @@ class _Responses(_Splitter):
         plan = streamable(request.api_key, request.api_version)
         if plan is not None:
             self._current, self._plan = request, plan
-            return walk(plan)
+            return self.walking(walk(plan), compact=True, lenient=False)
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
             return False
@@ -304,9 +332,9 @@ class _Responses(_Splitter):
             plan = carrying_records(request.api_key, request.api_version, response=True)
             if plan is not None:  # a Fetch answer that names no broker: records pass unread
                 self.exchange.on_response(request, None)
-                self._lenient = True
                 header_tags = response_header_version(request.api_key, request.api_version) == 1
-                return walk(plan, header_tags=header_tags, tail=False)
+                steps = walk(plan, header_tags=header_tags, tail=False)
+                return self.walking(steps, plan.flexible, lenient=True)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, head)
         self.exchange.on_response(request, None)
@@ -355,8 +383,16 @@ class Exchange:
         self._learn = learn
         self._on_response = on_response
         self._on_request = on_request
-        self.requests: Direction = _Requests(self, max_frame_size, records_only)
-        self.responses: Direction = _Responses(self, max_frame_size, records_only)
+        self._requests = _Requests(self, max_frame_size, records_only)
+        self._responses = _Responses(self, max_frame_size, records_only)
+        self.requests: Direction = self._requests
+        self.responses: Direction = self._responses
+
+    def tell_records(self, requests: RecordsSeen, responses: RecordsSeen) -> None:
+        """Be told, once each frame that carries records is walked, where they lie (a
+        recording cuts them there instead of walking the frame again)."""
+        self._requests.on_records = requests
+        self._responses.on_records = responses
 
     @property
     def waiting(self) -> int:

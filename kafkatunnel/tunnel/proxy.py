@@ -92,6 +92,8 @@ class ClientConnection:
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a Pipe's opaque bytes) reads them all.
         zero_copy = self.zero_copy and (recording is None or self.exchange.records_only)
+        if recording is not None and isinstance(self.exchange, Exchange):
+            self.exchange.tell_records(recording.records_in_request, recording.records_in_response)
         self.pumps = [
             Pump(
                 client,

@@ -111,8 +111,21 @@ def _records_of(message: object) -> list[bytes]:
     return found
 
 
-def _trace(requests_in: list[bytes | int], responses_in: list[bytes | int]) -> list[bytes]:
+Told = list[tuple[int, tuple[tuple[int, int], ...], bool]]
+
+
+def _trace(
+    requests_in: list[bytes | int],
+    responses_in: list[bytes | int],
+    told: tuple[Told, Told] = ([], []),
+) -> list[bytes]:
+    """The packets a trace writes for these events; `told`: where the relay's walk said
+    each frame's records lay (then the trace need not walk them)."""
     trace = ConnectionTrace(CLIENT, SERVER)
+    for spans in told[0]:
+        trace.records_in_request(*spans)
+    for spans in told[1]:
+        trace.records_in_response(*spans)
     packets = []
     for event in requests_in:
         packets += (
@@ -160,6 +173,10 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
     whole_responses = b"".join(reading.responses.feed(response_stream))
 
     splicing = Exchange(tunnel_mapper, rewrite_caps(), records_only=True)
+    told: tuple[Told, Told] = ([], [])
+    splicing.tell_records(
+        lambda *spans: told[0].append(spans), lambda *spans: told[1].append(spans)
+    )
     sent = drive(splicing.requests, request_stream, cuts)
     received = drive(splicing.responses, response_stream, cuts)
     assert bytes(sent.out) == whole_requests == request_stream
@@ -180,7 +197,10 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
         unread = sum(e for e in seen.events if isinstance(e, int))
         assert unread >= sum(map(len, records)) - head - len(records) * max(cuts)
 
-    assert _trace(sent.events, received.events) == _trace([whole_requests], [whole_responses])
+    reference = _trace([whole_requests], [whole_responses])  # read whole, walked to cut
+    assert _trace(sent.events, received.events) == reference  # walked again by the trace
+    assert _trace(sent.events, received.events, told) == reference  # cut where told
+    assert len(told[0]) == 1 and len(told[1]) == 1  # the Produce request, the Fetch answer
 
 
 def test_a_frame_cut_short_by_unread_bytes_outside_records_breaks_only_its_trace() -> None:
