@@ -15,7 +15,7 @@ passed unread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
@@ -111,18 +111,13 @@ def redact_request(
     body = header.body_offset
     if body is None:
         return _head_only(head, min(len(head), SIZE_PREFIX + 8))
-    try:
-        if secret and whole is not None:
-            return _cut(whole, request_plan(key, version), body, SECRETS)
-        if records is not None and not secret:
-            return cut_spans(_parts(frame), *records)
-        plan = carrying_records(key, version, response=False)
-        if secret or plan is None:
-            raise MalformedMessage(f"API {key} v{version} requests carry no records")
-        steps = request_walk(plan, request_header_version(key, version))
-        return cut_records(_parts(frame), REQUEST_WALK_START, steps, plan.flexible)
-    except ProtocolError:
-        return _head_only(head, body)
+    return _redacted(
+        frame,
+        body,
+        records,
+        secret=lambda: request_plan(key, version) if secret else None,
+        records_walk=lambda: _request_walk(key, version),
+    )
 
 
 def redact_response(
@@ -143,19 +138,53 @@ def redact_response(
         body = response_body_offset(head, api_key, api_version)
     except ProtocolError:
         return _head_only(head, SIZE_PREFIX + 4)
+    return _redacted(
+        frame,
+        body,
+        records,
+        secret=lambda: response_plan(api_key, api_version) if secret else None,
+        records_walk=lambda: _response_walk(api_key, api_version),
+    )
+
+
+def _redacted(
+    frame: bytes | list[Part],
+    body: int,
+    records: Records | None,
+    secret: Callable[[], StructPlan | None],
+    records_walk: Callable[[], tuple[int, Walk, bool]],
+) -> bytes:
+    """A message that must lose something: its secrets (bytes fields, by its plan), else
+    its record data (where the relay's walk found it, else found by walking it again).
+    Whatever cannot be cut keeps only its header."""
     try:
-        if secret and whole is not None:
-            return _cut(whole, response_plan(api_key, api_version), body, SECRETS)
-        if records is not None and not secret:
+        plan = secret()
+        if plan is not None:
+            if not isinstance(frame, bytes):
+                raise MalformedMessage(f"{plan.name} passed partly unread")
+            return _cut(frame, plan, body, SECRETS)
+        if records is not None:
             return cut_spans(_parts(frame), *records)
-        plan = carrying_records(api_key, api_version, response=True)
-        if secret or plan is None:
-            raise MalformedMessage(f"API {api_key} v{api_version} answers carry no records")
-        header_tags = response_header_version(api_key, api_version) == 1
-        steps = walk(plan, header_tags=header_tags, tail=False)
-        return cut_records(_parts(frame), RESPONSE_WALK_START, steps, plan.flexible)
+        start, steps, compact = records_walk()
+        return cut_records(_parts(frame), start, steps, compact)
     except ProtocolError:
-        return _head_only(head, body)
+        return _head_only(_first_bytes(frame), body)
+
+
+def _request_walk(api_key: int, api_version: int) -> tuple[int, Walk, bool]:
+    plan = carrying_records(api_key, api_version, response=False)
+    if plan is None:
+        raise MalformedMessage(f"API {api_key} v{api_version} requests carry no records")
+    steps = request_walk(plan, request_header_version(api_key, api_version))
+    return REQUEST_WALK_START, steps, plan.flexible
+
+
+def _response_walk(api_key: int, api_version: int) -> tuple[int, Walk, bool]:
+    plan = carrying_records(api_key, api_version, response=True)
+    if plan is None:
+        raise MalformedMessage(f"API {api_key} v{api_version} answers carry no records")
+    header_tags = response_header_version(api_key, api_version) == 1
+    return RESPONSE_WALK_START, walk(plan, header_tags=header_tags, tail=False), plan.flexible
 
 
 def _first_bytes(frame: bytes | list[Part]) -> bytes:
