@@ -95,6 +95,25 @@ def requests(api_key: int, version: int) -> st.SearchStrategy[Any]:
     return st.from_type(load_request_schema(api_key, version))
 
 
+DESCEND: Any = object()  # from a replace_fields change: keep the field, look inside it
+
+
+def replace_fields(value: Any, change: Callable[[dataclasses.Field[Any], Any], Any]) -> Any:
+    """`value` (a kio message, an entity in it, or a tuple of them) with each field's value
+    replaced by change(field, value); where change answers DESCEND, the field's own entities
+    are looked into the same way."""
+    if isinstance(value, tuple):
+        return tuple(replace_fields(item, change) for item in value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes = {}
+    for field in dataclasses.fields(value):
+        inner = getattr(value, field.name)
+        new = change(field, inner)
+        changes[field.name] = replace_fields(inner, change) if new is DESCEND else new
+    return dataclasses.replace(value, **changes)
+
+
 def _node_of(entity: Any, inherited: int | None) -> int | None:
     for name in ("node_id", "broker_id"):
         value = getattr(entity, name, None)

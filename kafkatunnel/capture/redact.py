@@ -102,22 +102,9 @@ def redact_request(
     """The request frame as a recording may keep it. A frame given as parts (some of its
     record data passed unread) must be one whose records are cut; `records`, where the
     relay's walk found them, spares walking it again."""
-    key, version = header.api_key, header.api_version
-    whole = frame if isinstance(frame, bytes) else None
-    secret = key in SECRET_REQUESTS
-    if whole is not None and not secret and (payloads or key not in PAYLOAD_REQUESTS):
-        return whole
-    head = _first_bytes(frame)
     body = header.body_offset
-    if body is None:
-        return _head_only(head, min(len(head), SIZE_PREFIX + 8))
-    return _redacted(
-        frame,
-        body,
-        records,
-        secret=lambda: request_plan(key, version) if secret else None,
-        records_walk=lambda: _request_walk(key, version),
-    )
+    key, version = header.api_key, header.api_version
+    return _redact(frame, key, version, False, lambda _: body, payloads, records)
 
 
 def redact_response(
@@ -129,62 +116,56 @@ def redact_response(
 ) -> bytes:
     """The response frame as a recording may keep it (parts, records: as for
     redact_request)."""
-    whole = frame if isinstance(frame, bytes) else None
-    secret = api_key in SECRET_RESPONSES
-    if whole is not None and not secret and (payloads or api_key not in PAYLOAD_RESPONSES):
-        return whole
-    head = _first_bytes(frame)
-    try:
-        body = response_body_offset(head, api_key, api_version)
-    except ProtocolError:
-        return _head_only(head, SIZE_PREFIX + 4)
-    return _redacted(
-        frame,
-        body,
-        records,
-        secret=lambda: response_plan(api_key, api_version) if secret else None,
-        records_walk=lambda: _response_walk(api_key, api_version),
-    )
+
+    def body(head: bytes) -> int | None:
+        try:
+            return response_body_offset(head, api_key, api_version)
+        except ProtocolError:
+            return None
+
+    return _redact(frame, api_key, api_version, True, body, payloads, records)
 
 
-def _redacted(
+def _redact(
     frame: bytes | list[Part],
-    body: int,
+    key: int,
+    version: int,
+    response: bool,
+    body_of: Callable[[bytes], int | None],
+    payloads: bool,
     records: Records | None,
-    secret: Callable[[], StructPlan | None],
-    records_walk: Callable[[], tuple[int, Walk, bool]],
 ) -> bytes:
-    """A message that must lose something: its secrets (bytes fields, by its plan), else
-    its record data (where the relay's walk found it, else found by walking it again).
-    Whatever cannot be cut keeps only its header."""
+    """Secrets cut by the message's plan; else record data cut where the relay's walk
+    found it, or found by walking the message again; whatever cannot be cut keeps only its
+    header (fail closed)."""
+    secret = key in (SECRET_RESPONSES if response else SECRET_REQUESTS)
+    payload = key in (PAYLOAD_RESPONSES if response else PAYLOAD_REQUESTS)
+    if isinstance(frame, bytes) and not secret and (payloads or not payload):
+        return frame
+    head = _first_bytes(frame)
+    body = body_of(head)
+    if body is None:  # the header cannot be read: keep what surely is header
+        return _head_only(head, min(len(head), SIZE_PREFIX + (4 if response else 8)))
     try:
-        plan = secret()
-        if plan is not None:
+        if secret:
             if not isinstance(frame, bytes):
-                raise MalformedMessage(f"{plan.name} passed partly unread")
+                raise MalformedMessage(f"API {key} v{version} passed partly unread")
+            plan = (response_plan if response else request_plan)(key, version)
             return _cut(frame, plan, body, SECRETS)
         if records is not None:
             return cut_spans(_parts(frame), *records)
-        start, steps, compact = records_walk()
-        return cut_records(_parts(frame), start, steps, compact)
+        found = carrying_records(key, version, response)
+        if found is None:
+            raise MalformedMessage(f"API {key} v{version} carries no records")
+        if response:
+            tags = response_header_version(key, version) == 1
+            steps, start = walk(found, header_tags=tags, tail=False), RESPONSE_WALK_START
+        else:
+            steps = request_walk(found, request_header_version(key, version))
+            start = REQUEST_WALK_START
+        return cut_records(_parts(frame), start, steps, found.flexible)
     except ProtocolError:
-        return _head_only(_first_bytes(frame), body)
-
-
-def _request_walk(api_key: int, api_version: int) -> tuple[int, Walk, bool]:
-    plan = carrying_records(api_key, api_version, response=False)
-    if plan is None:
-        raise MalformedMessage(f"API {api_key} v{api_version} requests carry no records")
-    steps = request_walk(plan, request_header_version(api_key, api_version))
-    return REQUEST_WALK_START, steps, plan.flexible
-
-
-def _response_walk(api_key: int, api_version: int) -> tuple[int, Walk, bool]:
-    plan = carrying_records(api_key, api_version, response=True)
-    if plan is None:
-        raise MalformedMessage(f"API {api_key} v{api_version} answers carry no records")
-    header_tags = response_header_version(api_key, api_version) == 1
-    return RESPONSE_WALK_START, walk(plan, header_tags=header_tags, tail=False), plan.flexible
+        return _head_only(head, body)
 
 
 def _first_bytes(frame: bytes | list[Part]) -> bytes:

@@ -21,7 +21,15 @@ from kafkatunnel.capture.redact import (
 )
 from kafkatunnel.protocol.headers import parse_request_header
 from kafkatunnel.protocol.schema import known_versions
-from tests.kio_messages import encode, request_frame, requests, response_frame, responses
+from tests.kio_messages import (
+    DESCEND,
+    encode,
+    replace_fields,
+    request_frame,
+    requests,
+    response_frame,
+    responses,
+)
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -29,22 +37,16 @@ FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 def _emptied(value: Any, kinds: set[str]) -> Any:
     """`value` with each field of those Kafka types emptied (null where nullable), but record
     sets of payload APIs made empty, never null (Wireshark 4.0 cannot read null ones)."""
-    if isinstance(value, tuple):
-        return tuple(_emptied(item, kinds) for item in value)
-    if not dataclasses.is_dataclass(value) or isinstance(value, type):
-        return value
-    changes = {}
-    for field in dataclasses.fields(value):
-        inner = getattr(value, field.name)
+
+    def empty(field: dataclasses.Field[Any], inner: Any) -> Any:
         kind = _kafka_type(field)
         if kind == "records" and kinds == {"records"}:
-            changes[field.name] = inner and b""  # record data goes; a null set stays null
-        elif field.metadata.get("tag") is None and kind in kinds:
-            nullable = "None" in str(field.type)
-            changes[field.name] = None if nullable else type(inner)(b"")
-        else:
-            changes[field.name] = _emptied(inner, kinds)
-    return dataclasses.replace(value, **changes)
+            return inner and b""  # record data goes; a null set stays null
+        if field.metadata.get("tag") is None and kind in kinds:
+            return None if "None" in str(field.type) else type(inner)(b"")
+        return DESCEND
+
+    return replace_fields(value, empty)
 
 
 def _kafka_type(field: dataclasses.Field[Any]) -> str | None:

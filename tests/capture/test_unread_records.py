@@ -17,7 +17,15 @@ from kafkatunnel.capture.trace import ConnectionTrace
 from kafkatunnel.protocol.passage import REQUEST_HEAD, RESPONSE_HEAD, Direction, Exchange
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
-from tests.kio_messages import encode, fetch_request, request_frame, requests, response_frame
+from tests.kio_messages import (
+    DESCEND,
+    encode,
+    fetch_request,
+    replace_fields,
+    request_frame,
+    requests,
+    response_frame,
+)
 from tests.kio_messages import responses as response_messages
 
 FAST = settings(
@@ -81,18 +89,13 @@ def record_spans(stream: bytes, record_sets: list[bytes]) -> list[tuple[int, int
 def _with_unique_records(message: Any, rnd: random.Random) -> Any:
     """The message with every non-empty record set replaced by random bytes long enough to
     be found in the stream by value (hypothesis' one-byte record sets would match headers)."""
-    if isinstance(message, tuple):
-        return tuple(_with_unique_records(item, rnd) for item in message)
-    if not dataclasses.is_dataclass(message) or isinstance(message, type):
-        return message
-    changes = {}
-    for f in dataclasses.fields(message):
-        value = getattr(message, f.name)
-        if f.name == "records" and isinstance(value, bytes):
-            changes[f.name] = rnd.randbytes(rnd.randint(24, 3000)) if value else value
-        elif f.metadata.get("tag") is None:
-            changes[f.name] = _with_unique_records(value, rnd)
-    return dataclasses.replace(message, **changes)
+
+    def unique(field: dataclasses.Field[Any], value: Any) -> Any:
+        if field.name == "records" and isinstance(value, bytes):
+            return rnd.randbytes(rnd.randint(24, 3000)) if value else value
+        return DESCEND if field.metadata.get("tag") is None else value
+
+    return replace_fields(message, unique)
 
 
 def _records_of(message: object) -> list[bytes]:
