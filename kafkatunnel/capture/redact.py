@@ -22,19 +22,16 @@ from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import (
     RequestHeader,
-    request_header_version,
     response_body_offset,
     response_header_version,
 )
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
 from kafkatunnel.protocol.streaming import (
-    REQUEST_WALK_START,
     RESPONSE_WALK_START,
     TAIL,
     Walk,
     carrying_records,
-    request_walk,
     walk,
 )
 
@@ -157,12 +154,9 @@ def _redact(
         found = carrying_records(key, version, response)
         if found is None:
             raise MalformedMessage(f"API {key} v{version} carries no records")
-        if response:
-            tags = response_header_version(key, version) == 1
-            steps, start = walk(found, header_tags=tags, tail=False), RESPONSE_WALK_START
-        else:
-            steps = request_walk(found, request_header_version(key, version))
-            start = REQUEST_WALK_START
+        tags = response and response_header_version(key, version) == 1
+        steps = walk(found, header_tags=tags, tail=False)
+        start = RESPONSE_WALK_START if response else body  # a request's header is read
         return cut_records(_parts(frame), start, steps, found.flexible)
     except ProtocolError:
         return _head_only(head, body)

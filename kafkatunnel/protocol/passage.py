@@ -23,7 +23,6 @@ from kafkatunnel.protocol.headers import (
     RequestHeader,
     expects_response,
     parse_request_header,
-    request_header_version,
     response_correlation_id,
     response_header_version,
     top_level_error,
@@ -38,13 +37,11 @@ from kafkatunnel.protocol.rewrite import (
 )
 from kafkatunnel.protocol.schema import StructPlan
 from kafkatunnel.protocol.streaming import (
-    REQUEST_WALK_START,
     RESPONSE_WALK_START,
     TAIL,
     Walk,
     addresses_in_tail,
     carrying_records,
-    request_walk,
     rewrite_tail,
     streamable,
     walk,
@@ -76,8 +73,6 @@ class ExchangeStats:
 class _Splitter:
     """Cuts one direction of a stream into frames; subclasses decide per frame head."""
 
-    walk_start = 0  # where a walk of a frame starts: just after its correlation id
-
     def __init__(self, max_frame_size: int, head_size: int, records_only: bool) -> None:
         self.max_frame_size = max_frame_size
         self.head_size = head_size
@@ -100,6 +95,7 @@ class _Splitter:
         self.on_records: RecordsSeen | None = None
         self._spans: list[tuple[int, int]] = []
         self._compact = False  # the walked message is of a flexible version
+        self._walk_from = 0  # where in the frame its walk starts
         self._frame_start = 0
         self._next_frame = 0
 
@@ -135,15 +131,30 @@ class _Splitter:
 
     def _feed(self, view: memoryview, out: list[Chunk]) -> None:
         pos, end = 0, len(view)
+        run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end:
             if self._passing:
                 take = min(self._passing, end - pos)
-                out.append(view[pos : pos + take])
+                if run < 0:
+                    run = pos
                 pos += take
                 self._passing -= take
                 if not self._passing and self._walk is not None:
                     self._step(None, out)
                 continue
+            if (
+                self._walk is not None
+                and not self._tail
+                and not self._held
+                and self._want <= end - pos
+            ):  # walk steps whose bytes are all here: taken where they lie, passed on as is
+                if run < 0:
+                    run = pos
+                pos = self._steps_here(view, pos)
+                continue
+            if run >= 0:
+                out.append(view[run:pos])
+                run = -1
             take = min(self._want - len(self._held), end - pos)
             self._held += view[pos : pos + take]
             pos += take
@@ -175,16 +186,18 @@ class _Splitter:
                     out.append(self.on_frame(held))
                     self._reset()
             else:  # walk the frame as it streams, from just after its correlation id
-                start = self.walk_start
+                start = self._walk_from
                 out.append(held[:start])
                 self._walk, self._left = decision, SIZE_PREFIX + self._size - start
                 self._held.clear()
                 self._step(None, out)
                 self._feed(memoryview(held)[start:], out)  # what the head held beyond
+        if run >= 0:
+            out.append(view[run:pos])
 
     def _step(self, got: bytes | None, out: list[Chunk]) -> None:
         """Give a walked frame's walk what it asked for (got) and pass that on, then set up
-        the walk's next step: bytes to hold for it, bytes to pass unread, or the tail."""
+        the walk's next step (see _next)."""
         walk = self._walk
         assert walk is not None
         if self._tail:
@@ -199,6 +212,41 @@ class _Splitter:
             self._left -= len(got)
         try:
             step = next(walk) if got is None else walk.send(got)
+        except StopIteration:
+            self._walk_over(None)
+            return
+        except MalformedMessage as error:
+            self._walk_over(error)
+            return
+        self._next(step)
+
+    def _steps_here(self, view: memoryview, pos: int) -> int:
+        """Walk steps whose bytes are all in view from pos on, taken where they lie (the
+        caller passes them on unchanged); the position after them."""
+        walk, want, end = self._walk, self._want, len(view)
+        assert walk is not None
+        while True:
+            got = view[pos : pos + want]
+            pos += want
+            self._left -= want
+            try:
+                step = walk.send(got)
+            except StopIteration:
+                self._walk_over(None)
+                return pos
+            except MalformedMessage as error:
+                self._walk_over(error)
+                return pos
+            if 0 < step <= self._left and step <= end - pos:
+                want = step
+                continue
+            self._next(step)
+            return pos
+
+    def _next(self, step: int) -> None:
+        """Set up the walk's next step: bytes to hold for it, bytes to pass unread (records),
+        or the tail."""
+        try:
             if step == TAIL:
                 if not self._left:
                     raise MalformedMessage("the frame ends before its tagged fields")
@@ -214,14 +262,17 @@ class _Splitter:
                 self._spans.append((at, at - step))
                 self._left += step
                 self._passing = -step
-        except StopIteration:  # a walk without a tail: the message ends here
-            if not self._left:
-                self._walked()
-            self._end_walk()
-        except MalformedMessage:
-            if not self._lenient:
-                raise
-            self._end_walk()
+        except MalformedMessage as error:
+            self._walk_over(error)
+
+    def _walk_over(self, error: MalformedMessage | None) -> None:
+        """The walk ended: at its message's end (error None), or on bytes it cannot walk
+        (raised again unless the walk is lenient)."""
+        if error is not None and not self._lenient:
+            raise error
+        if error is None and not self._left:
+            self._walked()
+        self._end_walk()
 
     def _end_walk(self) -> None:
         """The walk is over; whatever is left of the frame passes on (read)."""
@@ -236,9 +287,10 @@ class _Splitter:
             self.on_records(self._frame_start, tuple(self._spans), self._compact)
         self._spans = []
 
-    def walking(self, steps: Walk, compact: bool, lenient: bool) -> Walk:
-        """For on_head: walk this frame (compact: a flexible version's encodings)."""
-        self._compact, self._lenient = compact, lenient
+    def walking(self, steps: Walk, start: int, compact: bool, lenient: bool) -> Walk:
+        """For on_head: walk this frame from `start` (an offset within its head; compact:
+        a flexible version's encodings)."""
+        self._walk_from, self._compact, self._lenient = start, compact, lenient
         return steps
 
     def _start_frame(self) -> None:
@@ -278,8 +330,6 @@ class _Splitter:
 
 
 class _Requests(_Splitter):
-    walk_start = REQUEST_WALK_START
-
     def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
         super().__init__(max_frame_size, REQUEST_HEAD, records_only)
         self.exchange = exchange
@@ -296,8 +346,8 @@ class _Requests(_Splitter):
         if self.records_only and header.body_offset is not None:
             plan = carrying_records(header.api_key, header.api_version, response=False)
             if plan is not None:  # a Produce request: its records pass unread
-                version = request_header_version(header.api_key, header.api_version)
-                return self.walking(request_walk(plan, version), plan.flexible, lenient=True)
+                steps = walk(plan, header_tags=False, tail=False)  # the header is read
+                return self.walking(steps, header.body_offset, plan.flexible, lenient=True)
         return True
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -310,8 +360,6 @@ RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is with
 
 
 class _Responses(_Splitter):
-    walk_start = RESPONSE_WALK_START
-
     def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
         super().__init__(max_frame_size, RESPONSE_HEAD, records_only)
         self.exchange = exchange
@@ -324,7 +372,7 @@ class _Responses(_Splitter):
         plan = streamable(request.api_key, request.api_version)
         if plan is not None:
             self._current, self._plan = request, plan
-            return self.walking(walk(plan), compact=True, lenient=False)
+            return self.walking(walk(plan), RESPONSE_WALK_START, compact=True, lenient=False)
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
             return False
@@ -334,7 +382,7 @@ class _Responses(_Splitter):
                 self.exchange.on_response(request, None)
                 header_tags = response_header_version(request.api_key, request.api_version) == 1
                 steps = walk(plan, header_tags=header_tags, tail=False)
-                return self.walking(steps, plan.flexible, lenient=True)
+                return self.walking(steps, RESPONSE_WALK_START, plan.flexible, lenient=True)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, head)
         self.exchange.on_response(request, None)

@@ -17,14 +17,15 @@ The walk is a generator of steps: n > 0 asks for the next n bytes (sent back int
 generator, passed on unchanged); n < 0 lets -n bytes of record data pass unread (only
 records ever do); TAIL asks for the rest of the frame, the top-level tagged fields, which
 rewrite_tail() then rewrites. The same walks, without TAIL, let a recording tunnel splice
-the records of any message that carries them (request_walk for Produce requests) while it
-reads everything else.
+the records of any message that carries them (a Produce request's walked from its body)
+while it reads everything else.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Generator
+from typing import NamedTuple
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
@@ -34,13 +35,12 @@ from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, keep_a
 from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, request_plan, response_plan
 
 TAIL = 0
-# Walks start just after the correlation id: a response's first field, a request's fourth.
-RESPONSE_WALK_START = SIZE_PREFIX + 4
-REQUEST_WALK_START = SIZE_PREFIX + 8
+RESPONSE_WALK_START = SIZE_PREFIX + 4  # a response's walk starts after its correlation id
 # Tags for padding, after every tag Kafka defines: the largest of two and of three bytes
 # (a varint's width steps at 128, so one width alone cannot pad to every size).
 PADDING_TAGS = (0x3FFF, 0x1FFFFF)
-Walk = Generator[int, bytes | None, None]
+Got = bytes | memoryview  # the bytes a step asked for, as they lie
+Walk = Generator[int, Got | None, None]
 
 
 @functools.cache
@@ -80,64 +80,65 @@ def _has_records(field: FieldPlan) -> bool:
     return field.struct is not None and any(map(_has_records, field.struct.fields))
 
 
+class _Repeat(NamedTuple):
+    """`times` more elements of an array still to walk (pushed lazily: a count read from
+    the wire may be anything)."""
+
+    times: int
+    element: StructPlan | _Element
+
+
+class _Element(NamedTuple):
+    """One element of an array of strings or bytes."""
+
+    field: FieldPlan
+
+
+_TAGS = object()  # a tagged-field section
+
+
 def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Walk:
     """The steps of one response, from just after its correlation id: the header's tagged
     fields (response header v1), the body's fields, then TAIL for the top-level tagged
-    fields to be rewritten, or (tail=False) those fields walked like the rest."""
+    fields to be rewritten, or (tail=False) those fields walked like the rest.
+
+    One generator over an explicit stack of what is left to walk, not a generator per
+    struct and field: every step resumes one frame (two for a varint), which is what a
+    recording tunnel pays per field of every Produce request and Fetch answer."""
+    todo: list[object] = [TAIL] if tail else [_TAGS] if plan.flexible else []
+    todo += reversed(plan.steps)  # runs of fixed-size fields are one step each
     if header_tags:
-        yield from _tagged()
-    for field in plan.fields:
-        yield from _field(field)
-    if tail:
-        yield TAIL
-    elif plan.flexible:
-        yield from _tagged()
+        todo.append(_TAGS)
+    while todo:
+        item = todo.pop()
+        kind = item.__class__
+        if kind is int:  # fixed-size fields, or TAIL (0)
+            yield item  # type: ignore[misc]
+        elif kind is FieldPlan:
+            yield from _field(item, todo)  # type: ignore[arg-type]
+        elif kind is StructPlan:
+            if item.flexible:  # type: ignore[attr-defined]
+                todo.append(_TAGS)  # below the top level they name no broker (see streamable)
+            todo += reversed(item.steps)  # type: ignore[attr-defined]
+        elif kind is _Repeat:
+            repeat: _Repeat = item  # type: ignore[assignment]
+            if repeat.times > 1:
+                todo.append(_Repeat(repeat.times - 1, repeat.element))
+            todo.append(repeat.element)
+        elif kind is _Element:
+            yield from _variable(item.field)  # type: ignore[attr-defined]
+        else:  # _TAGS
+            for _ in range((yield from _uvarint())):
+                yield from _uvarint()  # the tag
+                size = yield from _uvarint()
+                if size:
+                    yield size
 
 
-def request_walk(plan: StructPlan, header_version: int) -> Walk:
-    """The steps of one request, from just after its correlation id: the client id (header
-    v1 and v2), the header's tagged fields (v2), then the body."""
-    if header_version >= 1:
-        length = yield from _int(2)
-        if length > 0:
-            yield length
-    if header_version == 2:
-        yield from _tagged()
-    yield from walk(plan, header_tags=False, tail=False)
-
-
-def _uvarint() -> Generator[int, bytes | None, int]:
-    value = shift = 0
-    for _ in range(5):
-        byte = (yield 1)[0]  # type: ignore[index]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value
-        shift += 7
-    raise MalformedMessage("a varint is longer than 5 bytes")
-
-
-def _int(size: int) -> Generator[int, bytes | None, int]:
-    data = yield size
-    assert data is not None
-    return int.from_bytes(data, "big", signed=True)
-
-
-def _length(field: FieldPlan, string: bool) -> Generator[int, bytes | None, int]:
-    if field.compact:
-        length = (yield from _uvarint()) - 1
-    else:
-        length = yield from _int(2 if string else 4)
-    if length < -1 or (length == -1 and not field.nullable):
-        raise MalformedMessage(f"{field.name} has length {length}")
-    return max(length, 0)
-
-
-def _field(field: FieldPlan) -> Walk:
+def _field(field: FieldPlan, todo: list[object]) -> Walk:
+    """Walk a field that is not a run of fixed-size ones: what it holds goes on `todo`."""
     kind = field.kind
-    if kind is Kind.FIXED:
-        yield field.size
-    elif kind is Kind.VARIABLE:
+    if kind is Kind.VARIABLE:
         yield from _variable(field)
     elif kind is Kind.STRUCT:
         assert field.struct is not None
@@ -148,38 +149,50 @@ def _field(field: FieldPlan) -> Walk:
                 raise MalformedMessage(f"nullable struct {field.name} has marker {marker}")
             present = marker == 1
         if present:
-            yield from _struct(field.struct)
+            todo.append(field.struct)
+    elif kind is Kind.FIXED:
+        yield field.size
     else:
-        count = yield from _length(field, string=False)
-        for _ in range(count):
-            if kind is Kind.FIXED_ARRAY:
-                yield field.size
-            elif kind is Kind.VARIABLE_ARRAY:
-                yield from _variable(field)
-            else:
-                assert field.struct is not None
-                yield from _struct(field.struct)
+        count = yield from _length(field, width=4)
+        if not count:
+            return
+        if kind is Kind.FIXED_ARRAY:
+            yield count * field.size
+        elif kind is Kind.VARIABLE_ARRAY:
+            todo.append(_Repeat(count, _Element(field)))
+        else:
+            assert field.struct is not None
+            todo.append(_Repeat(count, field.struct))
 
 
 def _variable(field: FieldPlan) -> Walk:
-    length = yield from _length(field, string=field.kafka_type == "string")
+    length = yield from _length(field, width=2 if field.kafka_type == "string" else 4)
     if length:
         yield -length if field.kafka_type == "records" else length
 
 
-def _struct(plan: StructPlan) -> Walk:
-    for field in plan.fields:
-        yield from _field(field)
-    if plan.flexible:
-        yield from _tagged()  # below the top level they name no broker (see streamable)
+def _length(field: FieldPlan, width: int) -> Generator[int, Got | None, int]:
+    """A length or count (null: 0), compact (a uvarint, plus one) or of `width` bytes."""
+    if field.compact:
+        length = (yield from _uvarint()) - 1
+    else:
+        data = yield width
+        assert data is not None
+        length = int.from_bytes(data, "big", signed=True)
+    if length < -1 or (length == -1 and not field.nullable):
+        raise MalformedMessage(f"{field.name} has length {length}")
+    return max(length, 0)
 
 
-def _tagged() -> Walk:
-    for _ in range((yield from _uvarint())):
-        yield from _uvarint()  # the tag
-        size = yield from _uvarint()
-        if size:
-            yield size
+def _uvarint() -> Generator[int, Got | None, int]:
+    value = shift = 0
+    for _ in range(5):
+        byte = (yield 1)[0]  # type: ignore[index]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    raise MalformedMessage("a varint is longer than 5 bytes")
 
 
 def rewrite_tail(

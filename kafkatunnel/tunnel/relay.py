@@ -77,6 +77,7 @@ class Pump:
         self.on_sink_error = on_sink_error
         self.on_chunks = on_chunks  # what was read and passed on (a recording's view)
         self.on_unread = on_unread  # how many bytes passed on without being read
+        self._untold = 0  # spliced, not yet told to on_unread (told once per wake-up)
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: tuple[int, int, int] | None = None
@@ -129,7 +130,16 @@ class Pump:
     def _readable(self) -> None:
         for _ in range(BURST):
             if not self._read() or not self._flush() or self._short:
-                return
+                break
+        if self._untold:
+            self._tell_untold()
+
+    def _tell_untold(self) -> None:
+        """Tell on_unread what was spliced since it was last told: once per wake-up, or
+        before anything read after it, rather than once per splice."""
+        assert self.on_unread is not None
+        untold, self._untold = self._untold, 0
+        self.on_unread(untold)
 
     def _read(self) -> bool:
         """Read once: False if nothing was there, or the source ended."""
@@ -156,6 +166,8 @@ class Pump:
             self._source_ended(error)
             return False
         if self.on_chunks is not None:
+            if self._untold:  # what was spliced came before these
+                self._tell_untold()
             self.on_chunks(chunks)
         self._out.extend(chunks)
         return True
@@ -172,13 +184,15 @@ class Pump:
             return False
         self.direction.skip(moved)
         if self.on_unread is not None:
-            self.on_unread(moved)
+            self._untold += moved
         self._in_pipe = moved
         self.spliced += moved
         self.on_bytes(moved)
         return True
 
     def _source_ended(self, cause: BaseException | None) -> None:
+        if self._untold:
+            self._tell_untold()
         self.stop()
         self.on_source_end(cause)
 
