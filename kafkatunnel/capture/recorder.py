@@ -69,9 +69,8 @@ class Recorder:
     the recorder's own writes them, so a slow or stalled disk never slows a connection.
     Blocks are handed over in batches (every HAND_OVER bytes, or HAND_OVER_AFTER seconds
     after the first): waking the writer thread for every packet cost more than the rest of
-    recording it. A disk that fails
-    (full) or falls more than `backlog_bytes` behind stops the recording, says why
-    (status), and never touches a connection."""
+    recording it. A disk that fails (full) or falls more than `backlog_bytes` behind stops
+    the recording, says why (status), and never touches a connection."""
 
     def __init__(
         self,
@@ -161,10 +160,15 @@ class Recorder:
 
     def fail(self, why: str) -> None:
         """Stop the recording, saying why; connections are not touched."""
+        self.note_failure(why)
+        self._stop()
+
+    def note_failure(self, why: str) -> None:
+        """Say why the recording stops (the writer's thread: the relay's thread, seeing it,
+        makes no more blocks and tells the writer to close)."""
         if self.failed is None:
             self.failed = f"recording stopped: {why}"
             log.error("%s (in %s)", self.failed, self.directory)
-        self._stop()
 
     def _stop(self) -> None:
         if not self._stopped:
@@ -240,7 +244,7 @@ class _Writer(threading.Thread):
                     self._close(sync=True)
                     return
             except OSError as error:
-                recorder.fail(str(error))
+                recorder.note_failure(str(error))
                 self._close(sync=False)
                 if isinstance(command, list):
                     recorder._handled += sum(map(len, command))
@@ -262,7 +266,7 @@ class _Writer(threading.Thread):
             if sync:
                 os.fsync(file.fileno())
         except OSError as error:
-            self.recorder.fail(str(error))
+            self.recorder.note_failure(str(error))
         finally:
             with contextlib.suppress(OSError):
                 file.close()

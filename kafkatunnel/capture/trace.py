@@ -6,8 +6,8 @@ rewriting), so a recording shows exactly what the client saw. Sans-I/O: chunks i
 packets out; the recorder adds timestamps and writes them.
 
 Record data the relay spliced (it never entered Python) arrives as a count of bytes instead
-of chunks: the frame it belongs to is written with its record sets null, as it would be
-had the recording read them.
+of chunks: the frame it belongs to is written with its record sets empty, as it would be
+had the recording read them (the relay's walk says where they lie; see redact).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class ConnectionTrace:
         for frame, records in seen:
             head = frame if isinstance(frame, bytes) else frame[0]
             if isinstance(head, int) or len(head) < SIZE_PREFIX + 4:
-                self.broken = "a response began with bytes that passed unread"
+                self.broken = "a response too short for a correlation id, or unread at its head"
                 return out
             correlation = int.from_bytes(head[4:8], "big", signed=True)
             if correlation not in self._pending:

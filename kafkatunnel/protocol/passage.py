@@ -185,7 +185,7 @@ class _Splitter:
                 if len(held) == self._want:
                     out.append(self.on_frame(held))
                     self._reset()
-            else:  # walk the frame as it streams, from just after its correlation id
+            else:  # walk the frame as it streams, from where on_head said (see walking)
                 start = self._walk_from
                 out.append(held[:start])
                 self._walk, self._left = decision, SIZE_PREFIX + self._size - start

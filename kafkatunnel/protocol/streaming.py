@@ -98,9 +98,10 @@ _TAGS = object()  # a tagged-field section
 
 
 def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Walk:
-    """The steps of one response, from just after its correlation id: the header's tagged
-    fields (response header v1), the body's fields, then TAIL for the top-level tagged
-    fields to be rewritten, or (tail=False) those fields walked like the rest.
+    """The steps of one message: a response's header tagged fields (header_tags: response
+    header v1; the walk then starts after the correlation id), the body's fields (a
+    request's walk starts at its body), then TAIL for the top-level tagged fields to be
+    rewritten, or (tail=False) those fields walked like the rest.
 
     One generator over an explicit stack of what is left to walk, not a generator per
     struct and field: every step resumes one frame (two for a varint), which is what a
