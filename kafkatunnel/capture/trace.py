@@ -159,7 +159,8 @@ class ConnectionTrace:
             try:
                 if isinstance(head, int):
                     raise MalformedMessage("a request began with bytes that passed unread")
-                header = parse_request_header(bytes(head))
+                head = bytes(head)
+                header = parse_request_header(head)
                 if header.body_offset is None:
                     # Not a request this tunnel knows: perhaps a raw SASL token (SaslHandshake
                     # v0 is followed by unframed tokens, a PLAIN password among them). Its
@@ -167,7 +168,7 @@ class ConnectionTrace:
                     self._pending[header.correlation_id] = None
                     self.skipped += 1
                     continue
-                if expects_response(bytes(head), header):
+                if expects_response(head, header):
                     self._pending[header.correlation_id] = (header.api_key, header.api_version)
                 kept = redact_request(frame, header, self.payloads, records)
             except ProtocolError as error:
