@@ -1,3 +1,3 @@
-from kafkatunnel.cli import main
+from kafkatunnel.cli.main import main
 
 main()

@@ -1,7 +1,10 @@
 """`kafkatunnel doctor`: what stands between this laptop and working consumer groups, each
 check with its fix. kubectl (installed, a context, the RBAC verbs the tunnel needs), the
 brokers' names (with the DNS shim), each broker through the tunnel, and a FindCoordinator +
-JoinGroup for a throw-away group coordinated by each broker in turn."""
+JoinGroup for a throw-away group coordinated by each broker in turn.
+
+Stands alone at the top: it checks kube, dns and tunnel at once (the command line only
+prints what it finds), so it belongs to none of them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Process ids and lifetimes: whether a pid is alive (for state files left by crashed runs),
-and children that cannot outlive their parent."""
+and children that cannot outlive their parent. Stands alone at the top: the tunnel,
+kubectl's forwards and the local cluster all start processes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """A tiny blocking Kafka client for look-ups: which broker coordinates a group or a
-transactional id. Requests and responses are encoded by kio; framing is ours."""
+transactional id. Requests and responses are encoded by kio; framing is ours.
+
+Stands alone at the top: the tunnel, doctor, verify's replay, the command line and the
+local cluster all ask the cluster things, and none of them owns the asking."""
 
 from __future__ import annotations
 
@@ -65,6 +68,11 @@ def encode_request(payload: Any, correlation_id: int, client_id: str = "kafkatun
     entity_writer(header_type)(out, header)
     entity_writer(type(payload))(out, payload)
     return frame(out.getvalue())
+
+
+def api_versions_request(correlation_id: int) -> bytes:
+    """ApiVersions v0: the one request every broker answers, before any authentication."""
+    return encode_request(load_request_schema(API_VERSIONS, 0)(), correlation_id)
 
 
 def metadata_request(correlation_id: int) -> bytes:

@@ -1,5 +1,6 @@
 """Wait on conditions with deadlines, never on sleeps: a wait either sees its condition or
-fails naming what it waited for and how long."""
+fails naming what it waited for and how long. Stands alone at the top: the local
+cluster, the capture tools and the tests all wait."""
 
 from __future__ import annotations
 

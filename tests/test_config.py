@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.config import ConfigError, Setting, load_profile
+from kafkatunnel.cli.profiles import ConfigError, Setting, load_profile
 
 PROFILE = """
 profile = "shop"

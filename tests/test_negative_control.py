@@ -14,7 +14,7 @@ import pytest
 
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.workload import consume_group
+from kafkatunnel.localcluster.workload import consume_group
 
 MESSAGES = 20
 

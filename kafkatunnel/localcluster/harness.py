@@ -202,7 +202,8 @@ class LocalCluster:
         """Produce from within the cluster's network; returns the acknowledged count."""
         import subprocess
 
-        argv = [sys.executable, "-m", "kafkatunnel.workload", "produce", self.mock_bootstrap]
+        workload = "kafkatunnel.localcluster.workload"
+        argv = [sys.executable, "-m", workload, "produce", self.mock_bootstrap]
         argv += [topic, str(count)] + ([] if partition is None else [str(partition)])
         result = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
         if result.returncode != 0 or not result.stdout.startswith("PRODUCED "):

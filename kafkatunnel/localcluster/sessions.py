@@ -10,10 +10,15 @@ from pathlib import Path
 from kafkatunnel.capture.dumpcap import Dumpcap
 from kafkatunnel.localcluster.harness import LocalCluster, free_port_run
 from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.localcluster.workload import (
+    GroupResult,
+    consume_groups,
+    produce,
+    produce_transaction,
+)
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.workload import GroupResult, consume_groups, produce, produce_transaction
 
 
 @dataclass

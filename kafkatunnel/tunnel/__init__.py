@@ -8,7 +8,7 @@ from kafkatunnel.tunnel.forwarders import (
     parse_mapping,
 )
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
-from kafkatunnel.tunnel.tunnel import PortInUse, Tunnel, TunnelConfig
+from kafkatunnel.tunnel.tunnel import PortInUse, Tunnel, TunnelConfig, Unreachable
 
 __all__ = [
     "BrokerRegistry",
@@ -20,5 +20,6 @@ __all__ = [
     "PortInUse",
     "Tunnel",
     "TunnelConfig",
+    "Unreachable",
     "parse_mapping",
 ]

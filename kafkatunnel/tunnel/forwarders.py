@@ -157,8 +157,9 @@ class DirectForwarder(Forwarder):
             return _TcpUpstream(await connect_tcp(target_host, target_port))
         except OSError as error:
             hint = "" if (host, port) in self.mapping else f" (add --map {host}:{port}=HOST:PORT)"
+            cause = os.strerror(error.errno) if error.errno else str(error)
             raise ForwarderError(
-                f"cannot connect to {target_host}:{target_port}: {error.strerror or error}{hint}"
+                f"cannot connect to {target_host}:{target_port}: {cause}{hint}"
             ) from None
 
 

@@ -32,6 +32,7 @@ from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
+from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint, Tally
 
 log = logging.getLogger("kafkatunnel.tunnel")
@@ -58,6 +59,7 @@ class TunnelConfig:
     record_rotate_bytes: int = DEFAULT_ROTATE_BYTES
     record_payloads: bool = False  # keep Produce/Fetch record data in recordings
     zero_copy: bool = True  # splice bytes that pass unread (Linux); off: read every byte
+    start_timeout: float | None = None  # wait this long for the bootstrap broker to answer
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -108,11 +110,17 @@ class Tunnel:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
+        sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
+        if self.config.start_timeout is not None:
+            try:
+                await self.reach_bootstrap(self.config.start_timeout)
+            except BaseException:
+                sock.close()
+                raise
         if self.config.record_dir is not None:
             self.recorder = Recorder(
                 self.config.record_dir, self.config.record_rotate_bytes, self.config.record_payloads
             )
-        sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
         await self._serve(sock, self.bootstrap)
         if self.dns is not None:
             await self.dns.start()
@@ -128,6 +136,16 @@ class Tunnel:
                 await self.discover_directly()
             else:
                 await self.discover()
+
+    async def reach_bootstrap(self, timeout: float) -> None:
+        """Until the bootstrap broker answers through the forwarder (Unreachable, naming the
+        forwarder's cause, after `timeout` seconds)."""
+        host, port = self.bootstrap.advertised_host, self.bootstrap.advertised_port
+
+        def waiting(cause: str) -> None:
+            log.warning("waiting up to %gs for %s:%d to answer: %s", timeout, host, port, cause)
+
+        await reach(self.forwarder, host, port, timeout, self.transparent, on_retry=waiting)
 
     async def discover_directly(self) -> bool:
         """Transparent mode: a plaintext Metadata request through the forwarder (the
@@ -290,6 +308,8 @@ class Tunnel:
             "started_at": self.started_at,
             "mode": self.config.mode,
             "notes": self.notes,
+            # where /status and /metrics are served (None: no control port)
+            "control": None if self.control is None else f"127.0.0.1:{self.control.port}",
             "endpoints": [e.as_dict() for e in self.endpoints()],
             "recording": None
             if self.recorder is None
@@ -385,4 +405,11 @@ async def wait_for_brokers(tunnel: Tunnel, count: int, timeout: float) -> None:
     raise TimeoutError(f"only {len(tunnel.registry.brokers)} of {count} brokers appeared")
 
 
-__all__ = ["BrokerAddress", "PortInUse", "Tunnel", "TunnelConfig", "wait_for_brokers"]
+__all__ = [
+    "BrokerAddress",
+    "PortInUse",
+    "Tunnel",
+    "TunnelConfig",
+    "Unreachable",
+    "wait_for_brokers",
+]

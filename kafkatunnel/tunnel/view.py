@@ -16,7 +16,9 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def status_table(status: dict[str, Any]) -> Table:
+def status_table(status: dict[str, Any], cut: bool = True) -> Table:
+    """One line per broker; `cut`: long routes and errors end in an ellipsis (a terminal),
+    else every cell in full (a log, a pipe)."""
     table = Table(
         title=f"kafkatunnel  bootstrap.servers={status['bootstrap_servers']}  via {status['via']}",
         title_justify="left",
@@ -27,14 +29,13 @@ def status_table(status: dict[str, Any]) -> Table:
         ("out", "right", 6, 10), ("errors", "left", 6, 60),
     )  # fmt: skip
     for column, justify, low, high in columns:
-        # One line per broker at any width: long routes and errors end in an ellipsis.
         table.add_column(
             column,
             justify=justify,  # type: ignore[arg-type]
             no_wrap=True,
-            overflow="ellipsis",
+            overflow="ellipsis" if cut else "fold",
             min_width=low,
-            max_width=high,
+            max_width=high if cut else None,
         )
     for e in status["endpoints"]:
         node = "bootstrap" if e["node_id"] is None else str(e["node_id"])

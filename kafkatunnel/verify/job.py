@@ -9,13 +9,14 @@ same functions run without Spark in `verify_local`, for small inputs and for com
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -333,10 +334,14 @@ def spark_problem() -> str | None:
     return None
 
 
-def spark_session(master: str = "local[*]") -> SparkSession:
+def spark_session(master: str = "local[*]", log: Path | None = None) -> SparkSession:
     """A Spark session for verify. On a cluster, this kafkatunnel is shipped to the workers
     (pure Python); its dependencies (kio has a native part) must be installed there, e.g.
-    `pip install kafkatunnel` in the workers' Python (PYSPARK_PYTHON)."""
+    `pip install kafkatunnel` in the workers' Python (PYSPARK_PYTHON).
+
+    With `log`, the JVM's own output (its launcher's notes, Spark's start-up lines, the
+    Python workers it starts) goes to that file instead of this process's terminal, so a
+    report is only the report."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     logging_config = Path(__file__).with_name("log4j2.properties").as_uri()
@@ -356,11 +361,34 @@ def spark_session(master: str = "local[*]") -> SparkSession:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
     )
-    spark = builder.getOrCreate()
+    with _output_to(log):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_archive()))
     return spark
+
+
+@contextlib.contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """Standard output and error of the processes started meanwhile (the JVM inherits
+    them when pyspark launches it) go to `log`."""
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
 
 
 def package_archive() -> Path:

@@ -63,7 +63,9 @@ def _in_laptop(laptop: NetworkNamespace, *argv: str, env: dict[str, str] | None 
 
 
 def _workload(laptop: NetworkNamespace, *args: str, env: dict[str, str] | None = None) -> str:
-    return _in_laptop(laptop, sys.executable, "-m", "kafkatunnel.workload", *args, env=env).strip()
+    return _in_laptop(
+        laptop, sys.executable, "-m", "kafkatunnel.localcluster.workload", *args, env=env
+    ).strip()
 
 
 def test_names_resolve_and_clients_use_them(
@@ -163,8 +165,8 @@ def test_tls_with_hostname_verification_in_transparent_mode(
             "KAFKATUNNEL_CLIENT_CONFIG": json.dumps({**tls, "ssl.ca.location": str(other_ca)})
         }
         refused = _run_in(
-            laptop, sys.executable, "-m", "kafkatunnel.workload", "produce", bootstrap, topic, "1",
-            env=untrusted,
+            laptop, sys.executable, "-m", "kafkatunnel.localcluster.workload", "produce",
+            bootstrap, topic, "1", env=untrusted,
         )  # fmt: skip
         assert "PRODUCED 0" in refused.stdout  # verification is really on: a wrong CA fails
     finally:

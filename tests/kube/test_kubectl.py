@@ -21,10 +21,10 @@ from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.portforward import PortForward
 from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.tunnel import ForwarderError, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
-from kafkatunnel.workload import GroupResult, consume_group, consume_groups, produce
 from tests.kube.conftest import World
 
 
@@ -255,6 +255,17 @@ def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World) -> No
 
     with pytest.raises(ForwarderError, match="RBAC forbids create pods/portforward"):
         asyncio.run(open_one())
+
+
+def test_up_exits_when_port_forwarding_is_forbidden(world: World) -> None:
+    """Before printing bootstrap.servers: the first forward fails, and `up` says which verb
+    on which resource is missing instead of serving and logging it every few seconds."""
+    world(forbidden=["create pods/portforward"], user="jane")
+    started = time.monotonic()
+    result = _up("-n", "kafka")
+    _says(result, "RBAC forbids create pods/portforward", "did not answer within 15s")
+    assert "bootstrap.servers=" not in result.stdout
+    assert time.monotonic() - started < 20
 
 
 def test_namespace_not_found(world: World) -> None:

@@ -16,13 +16,15 @@ import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.workload import consume_group, produce
+from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.tunnel.control import fetch
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    inherited = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run(
         [sys.executable, "-m", "kafkatunnel", *args],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=60,
+        capture_output=True, text=True, env={**inherited, **env}, timeout=60,
     )  # fmt: skip
 
 
@@ -53,8 +55,17 @@ def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path, loop: str)
         assert status.returncode == 0, status.stderr
         state = json.loads(status.stdout)
         assert state["bootstrap_servers"] == bootstrap
+        metrics = fetch(state["control"], "/metrics")  # as docs/configuration.md says
+        assert "kafkatunnel_connections_total" in metrics
         assert [e["node_id"] for e in state["endpoints"]] == [None, 1, 2, 3]
         assert sum(e["total_connections"] for e in state["endpoints"]) > 0
+
+        table = _cli("status", env=env)  # piped, COLUMNS unset: no cell is cut
+        assert table.returncode == 0, table.stderr
+        flat = " ".join(table.stdout.split())
+        assert "…" not in table.stdout
+        for endpoint in state["endpoints"]:
+            assert endpoint["route"] in flat and endpoint["advertised"] in flat, table.stdout
 
         os.kill(up.pid, signal.SIGTERM)
         assert up.popen.wait(timeout=15) == 0
@@ -82,8 +93,8 @@ def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     finally:
         holder.close()
     assert result.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in result.stdout
-    assert "--listen" in result.stdout
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "--listen" in result.stderr
 
 
 def test_wrong_flags_name_the_fix(tmp_path: Path) -> None:
@@ -126,7 +137,7 @@ def test_up_detach_status_and_down(cluster: LocalCluster, tmp_path: Path) -> Non
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
         again = _cli("down", env=env)
-        assert again.returncode == 1 and "no running tunnel" in again.stdout
+        assert again.returncode == 1 and "no running tunnel" in again.stderr
     finally:
         for leftover in tmp_path.glob("tunnel-*.json"):
             os.kill(json.loads(leftover.read_text())["pid"], signal.SIGKILL)
@@ -143,7 +154,7 @@ def test_a_detached_tunnel_that_cannot_start_says_why(tmp_path: Path) -> None:
             "--exec", "nc {host} {port}", "--listen", f"127.0.0.1:{taken}", env=env,
         )  # fmt: skip
     assert failed.returncode == 2
-    assert f"port {taken} on 127.0.0.1 is already in use" in " ".join(failed.stdout.split())
+    assert f"port {taken} on 127.0.0.1 is already in use" in " ".join(failed.stderr.split())
 
 
 @pytest.mark.parametrize(("flag", "shown"), [("-v", True), ("-q", False)])

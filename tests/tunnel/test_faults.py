@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import ExecForwarder, PortInUse, Tunnel, TunnelConfig
 from kafkatunnel.waiting import wait_for
-from kafkatunnel.workload import consume_group, produce
 from tests.tunnel.conftest import MakeTunnel
 
 

@@ -7,8 +7,8 @@ import re
 import uuid
 
 from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection, find_coordinator
-from kafkatunnel.workload import consume_group, produce
 from tests.tunnel.conftest import MakeTunnel
 
 SAMPLE = re.compile(r"^(?P<name>\w+)\{(?P<labels>[^}]*)\} (?P<value>\d+)$")

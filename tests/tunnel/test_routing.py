@@ -9,8 +9,8 @@ import pytest
 
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.probe import find_coordinator, split_address
-from kafkatunnel.workload import consume_groups, produce
 from tests.tunnel.conftest import MakeTunnel
 
 INSIDE, THROUGH = 40, 60

@@ -8,9 +8,9 @@ import threading
 import uuid
 
 from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import split_address
 from kafkatunnel.protocol.framing import FrameDecoder
-from kafkatunnel.workload import consume_group, produce
 from tests.tunnel.conftest import MakeTunnel
 
 REQUESTS = 50_000  # ~20 MB of ApiVersions answers: more than every socket buffer between

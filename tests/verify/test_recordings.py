@@ -77,8 +77,9 @@ def test_cli_exit_codes_and_reports(tmp_path: Path) -> None:
     assert "http://" not in page and "https://" not in page  # self-contained
     failed = _cli("--in-process", str(SINGLE_FORWARD), "--json", "-")
     assert failed.returncode == 1
-    assert "verify: FAILED" in failed.stdout
-    assert "misrouted" in failed.stdout
+    assert json.loads(failed.stdout)["ok"] is False  # standard output: the JSON alone
+    assert "verify: FAILED" in failed.stderr
+    assert "misrouted" in failed.stderr
 
 
 def test_cli_names_the_problem_with_bad_paths(tmp_path: Path) -> None:
@@ -104,5 +105,5 @@ def test_without_java_verify_says_what_to_install(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert out.returncode == 2
-    text = " ".join(out.stdout.split())
+    text = " ".join((out.stdout + out.stderr).split())
     assert "Spark needs Java 17 or newer" in text and "--in-process" in text

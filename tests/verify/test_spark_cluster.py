@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -62,6 +63,13 @@ def test_verify_runs_on_a_standalone_cluster(
     assert report["ok"] is (code == 0)
     assert report["files"] == len(list(path.iterdir())) if path.is_dir() else 1
     assert len([g for g in report["groups"] if g["kind"] == "group"]) == 6
+    # Spark's own chatter is kept out of the report, in a log file the report names
+    log = re.search(r"^Spark's own log: (\S+)$", out.stdout, re.M)
+    assert log is not None, out.stdout
+    assert Path(log.group(1)).is_file()
+    for chatter in ("Using incubator modules", "Setting default log level", "NativeCodeLoader",
+                    "log4j", "WARN "):  # fmt: skip
+        assert chatter not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])

@@ -7,7 +7,8 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Coroutine
+import tempfile
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,14 @@ from rich.console import Console
 from rich.live import Live
 
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
+from kafkatunnel.cli.options import (
+    context_option,
+    json_option,
+    kubeconfig_option,
+    namespace_option,
+    port_option,
+)
+from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.dns.resolver import METHODS
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
@@ -30,10 +39,151 @@ from kafkatunnel.tunnel import (
     PortInUse,
     Tunnel,
     TunnelConfig,
+    Unreachable,
     parse_mapping,
 )
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 from kafkatunnel.tunnel.view import status_table
+
+START_TIMEOUT = 15.0
+
+
+def up(
+    bootstrap: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="The advertised HOST:PORT of any broker, as the cluster names it "
+        "(with --via kubectl: the first Kafka pod, by default).",
+    ),
+    via: str = typer.Option(
+        "exec", metavar="exec|direct|kubectl", help="How to reach brokers: exec, direct or kubectl."
+    ),
+    exec_template: str | None = typer.Option(
+        None,
+        "--exec",
+        metavar="COMMAND",
+        help='Command opening a stream to {host}:{port}, e.g. "ssh b nc {host} {port}".',
+    ),
+    mapping: list[str] = typer.Option(
+        [],
+        "--map",
+        metavar="ADVERTISED=REACHABLE",
+        help="With --via direct: ADVERTISED_HOST:PORT=REACHABLE_HOST:PORT (repeatable).",
+    ),
+    listen: str = typer.Option(
+        "127.0.0.1:9092",
+        metavar="HOST:PORT",
+        help="Bootstrap listener; brokers get the following ports.",
+    ),
+    broker_port: list[str] = typer.Option(
+        [],
+        "--broker-port",
+        metavar="NODE_ID=PORT",
+        help="Fix a broker's local port (repeatable).",
+    ),
+    connect_timeout: float = typer.Option(
+        10.0, metavar="SECONDS", help="Seconds to open a stream to a broker."
+    ),
+    start_timeout: float = typer.Option(
+        START_TIMEOUT,
+        metavar="SECONDS",
+        help="At start, wait this long for the bootstrap broker to answer, else exit (0: no wait).",
+    ),
+    table: bool = typer.Option(True, help="Show the live table (on a terminal)."),
+    loop: str = typer.Option(
+        "auto",
+        metavar="auto|asyncio|uvloop",
+        help="Event loop: auto (uvloop if installed), asyncio, uvloop.",
+    ),
+    mode: str = typer.Option(
+        "rewrite",
+        metavar="rewrite|transparent",
+        help="rewrite: clients see tunnel addresses; transparent: bytes untouched.",
+    ),
+    dns: bool = typer.Option(False, help="Serve the brokers' names, each on its own loopback."),
+    dns_listen: str = typer.Option(
+        "127.0.0.1:53", metavar="HOST:PORT", help="Where the DNS shim listens."
+    ),
+    dns_setup: str = typer.Option(
+        "auto",
+        metavar="METHOD",
+        help="Point the resolver at the shim: auto, hosts, resolver-dir, systemd-resolved, none.",
+    ),
+    dns_first_address: str = typer.Option(
+        "127.0.0.2", metavar="ADDRESS", help="Broker i gets this address + i."
+    ),
+    broker: list[str] = typer.Option(
+        [],
+        "--broker",
+        metavar="HOST:PORT",
+        help="An advertised HOST:PORT known up front (repeatable; TLS clusters).",
+    ),
+    context: str | None = context_option(),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    target: str | None = typer.Option(
+        None,
+        metavar="KIND/NAME",
+        help="--via kubectl: statefulset/NAME or svc/NAME whose pods are the brokers.",
+    ),
+    selector: str | None = typer.Option(
+        None,
+        "--selector",
+        "-l",
+        metavar="LABELS",
+        help="--via kubectl: a label selector for the broker pods.",
+    ),
+    kafka_port: int = typer.Option(
+        9092, metavar="PORT", help="--via kubectl without --bootstrap: the port."
+    ),
+    record: str | None = typer.Option(
+        None,
+        metavar="DIR",
+        help="Record the traffic as pcapng files in this directory (see `verify`).",
+    ),
+    record_rotate: str = typer.Option(
+        "64MiB", metavar="SIZE", help="Start a new recording file past this size."
+    ),
+    record_payloads: bool = typer.Option(
+        False, help="Keep Produce/Fetch record data in recordings (cut by default)."
+    ),
+    zero_copy: bool = typer.Option(
+        True, help="Move bytes the tunnel need not read with splice(2) (Linux): less CPU."
+    ),
+    detach: bool = typer.Option(
+        False, "--detach", "-d", help="Run in the background; `kafkatunnel down` stops it."
+    ),
+) -> None:
+    """Open the tunnel and keep it open until Ctrl-C (or, with --detach, until `down`)."""
+    console = make_console()
+    if detach:
+        from kafkatunnel.cli.background import detach as run_detached
+
+        run_detached(console, sys.argv[1:])
+        return
+    if bootstrap is not None:
+        check_bootstrap(bootstrap)
+    kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
+    forwarder = build_forwarder(via, exec_template, mapping, kube)
+    bootstrap = bootstrap or (kube.default_bootstrap(forwarder) if via == "kubectl" else None)
+    if bootstrap is None:
+        raise typer.BadParameter(
+            "is required with --via exec and --via direct", param_hint="--bootstrap"
+        )
+    if start_timeout < 0:
+        raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
+    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address)
+    record_options = RecordOptions.parse(record, record_rotate, record_payloads)
+    run_up(
+        console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
+        mode, dns_options, broker, record_options, zero_copy, start_timeout,
+    )  # fmt: skip
+
+
+def status(as_json: bool = json_option(), port: int | None = port_option()) -> None:
+    """Show the running tunnel's brokers, forwards and traffic."""
+    run_status(make_console(), as_json, port)
+
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 VIA = ("exec", "direct", "kubectl")
@@ -53,8 +203,8 @@ class KubeOptions:
         assert isinstance(forwarder, KubectlForwarder)
         try:
             asyncio.run(forwarder.prepare())
-        except KubectlError as error:
-            Console(stderr=True).print(f"[red]error:[/] {error}")
+        except KubectlError as cause:
+            error(str(cause))
             raise typer.Exit(2) from None
         return forwarder.default_bootstrap(self.kafka_port)
 
@@ -140,11 +290,40 @@ class RecordOptions:
 
     @classmethod
     def parse(cls, directory: str | None, rotate: str, payloads: bool) -> RecordOptions | None:
+        rotate_bytes = parse_size(rotate, "--record-rotate")
         if directory is None:
             if payloads:
                 raise typer.BadParameter("goes with --record DIR", param_hint="--record-payloads")
             return None
-        return cls(Path(directory), parse_size(rotate, "--record-rotate"), payloads)
+        _check_writable(Path(directory))
+        return cls(Path(directory), rotate_bytes, payloads)
+
+
+def _check_writable(directory: Path) -> None:
+    """Fail now, not at the first connection, when recordings cannot be written there."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as cause:
+        raise typer.BadParameter(
+            f"cannot write recordings to {directory}: {cause.strerror or cause}; "
+            "choose a directory you may write to",
+            param_hint="--record",
+        ) from None
+
+
+def check_bootstrap(bootstrap: str) -> None:
+    try:
+        _, port = split_address(bootstrap)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise typer.BadParameter(
+            f"{bootstrap!r}: expected the advertised HOST:PORT of a broker, e.g. "
+            "kafka-0.kafka-headless.shop.svc.cluster.local:9092",
+            param_hint="--bootstrap",
+        )
 
 
 def run_up(
@@ -161,15 +340,9 @@ def run_up(
     brokers: list[str] | None = None,
     record: RecordOptions | None = None,
     zero_copy: bool = True,
+    start_timeout: float | None = START_TIMEOUT,
 ) -> None:
-    try:
-        split_address(bootstrap)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{bootstrap!r}: expected the advertised HOST:PORT of a broker, e.g. "
-            "kafka-0.kafka-headless.shop.svc.cluster.local:9092",
-            param_hint="--bootstrap",
-        ) from None
+    check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
     if host not in LOOPBACK:
         console.print(
@@ -203,22 +376,39 @@ def run_up(
             record_rotate_bytes=record.rotate_bytes if record else DEFAULT_ROTATE_BYTES,
             record_payloads=record.payloads if record else False,
             zero_copy=zero_copy,
+            start_timeout=start_timeout or None,
         )
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--mode") from None
+    except ValueError as cause:
+        raise typer.BadParameter(str(cause), param_hint="--mode") from None
+    run = loop_runner(loop)
     try:
-        run_loop(_serve(console, Tunnel(config, forwarder), table, dns), loop)
-    except (PortInUse, OSError, KubectlError) as error:
-        console.print(f"[red]error:[/] {error}")
+        run(_serve(console, Tunnel(config, forwarder), table, dns))
+    except Unreachable as cause:
+        error(
+            f"the bootstrap broker {bootstrap} did not answer within {start_timeout:g}s: {cause}",
+            _unreachable_fix(forwarder),
+        )
         raise typer.Exit(2) from None
+    except (PortInUse, OSError, KubectlError) as cause:
+        error(str(cause))
+        raise typer.Exit(2) from None
+
+
+def _unreachable_fix(forwarder: Forwarder) -> str:
+    return {
+        "exec": "run the --exec command by hand with a broker's host and port to see it work, "
+        "and check --bootstrap",
+        "direct": "check --bootstrap and --map (ADVERTISED_HOST:PORT=REACHABLE_HOST:PORT)",
+        "kubectl": "check that the broker pods run (`kubectl get pods`) and --bootstrap",
+    }.get(forwarder.kind, "check --bootstrap") + "; a slow start: --start-timeout SECONDS"
 
 
 LOOPS = ("auto", "asyncio", "uvloop")
 
 
-def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
-    """Run on uvloop (libuv: less CPU per byte forwarded) when asked or, with "auto", when
-    it is installed; otherwise on asyncio's own loop."""
+def loop_runner(loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop (libuv: less CPU per byte forwarded) when asked or, with "auto", when it is
+    installed; otherwise asyncio's own loop. Checked before any coroutine exists."""
     if loop not in LOOPS:
         raise typer.BadParameter(f"{loop!r} is not one of {', '.join(LOOPS)}", param_hint="--loop")
     if loop != "asyncio":
@@ -230,9 +420,8 @@ def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
                     "uvloop is not installed: pip install uvloop", param_hint="--loop"
                 ) from None
         else:
-            uvloop.run(main)
-            return
-    asyncio.run(main)
+            return uvloop.run
+    return asyncio.run
 
 
 async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions) -> None:
@@ -282,7 +471,7 @@ def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, A
         tunnels = {p: s for p, s in tunnels.items() if p == port}
     if not tunnels:
         where = f" on port {port}" if port is not None else ""
-        console.print(f"no running tunnel{where}: start one with `kafkatunnel up`", style="red")
+        error(f"no running tunnel{where}", "start one with `kafkatunnel up`")
         raise typer.Exit(1)
     return tunnels
 
@@ -294,4 +483,4 @@ def run_status(console: Console, as_json: bool, port: int | None) -> None:
         typer.echo(json.dumps(states[0] if len(states) == 1 else states, indent=2))
         return
     for state in states:
-        console.print(status_table(state))
+        console.print(status_table(state, cut=console.is_terminal))

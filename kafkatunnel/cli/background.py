@@ -19,7 +19,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kafkatunnel.cli_tunnel import running_or_exit
+from kafkatunnel.cli.options import port_option
+from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.cli.tunnel import running_or_exit
 from kafkatunnel.pids import pid_alive
 from kafkatunnel.tunnel.control import fetch, running_tunnels, state_dir
 
@@ -42,8 +44,7 @@ def detach(console: Console, argv: list[str]) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            console.print(f"[red]error:[/] the tunnel exited ({process.returncode}) at start:")
-            console.print(log.read_text().strip(), markup=False, highlight=False)
+            error(f"the tunnel exited ({process.returncode}) at start:\n{log.read_text().strip()}")
             raise typer.Exit(2)
         mine = [s for s in running_tunnels().values() if s.get("pid") == process.pid]
         if mine:
@@ -57,16 +58,21 @@ def detach(console: Console, argv: list[str]) -> None:
             return
         time.sleep(0.1)
     process.terminate()
-    console.print(f"[red]error:[/] the tunnel did not start within {START_TIMEOUT:g}s; see {log}")
+    error(f"the tunnel did not start within {START_TIMEOUT:g}s", f"see its log: {log}")
     raise typer.Exit(2)
 
 
-def down(console: Console, port: int | None, everything: bool) -> None:
+def down(
+    port: int | None = port_option(),
+    everything: bool = typer.Option(False, "--all", help="Stop every running tunnel."),
+) -> None:
+    """Stop a tunnel running in the background (or in another shell)."""
+    console = make_console()
     tunnels = running_or_exit(console, port)
     if len(tunnels) > 1 and not everything:
         ports = ", ".join(str(p) for p in sorted(tunnels))
-        console.print(f"[red]error:[/] {len(tunnels)} tunnels run (ports {ports}): "
-                      "choose one with --port PORT, or stop them all with --all")  # fmt: skip
+        error(f"{len(tunnels)} tunnels run (ports {ports})",
+              "choose one with --port PORT, or stop them all with --all")  # fmt: skip
         raise typer.Exit(2)
     for tunnel_port, state in sorted(tunnels.items()):
         pid = int(state["pid"])

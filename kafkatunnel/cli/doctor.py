@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kafkatunnel.cli.options import (
+    context_option,
+    json_option,
+    kubeconfig_option,
+    namespace_option,
+    port_option,
+)
+from kafkatunnel.cli.output import make_console
 from kafkatunnel.doctor import (
     FAIL,
     Subject,
@@ -22,6 +31,35 @@ from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+
+
+def doctor(
+    bootstrap: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="The tunnel's bootstrap HOST:PORT (default: the running tunnel's).",
+    ),
+    port: int | None = port_option(),
+    via: str | None = typer.Option(
+        None,
+        metavar="kubectl",
+        help="kubectl: also check kubectl, its context and RBAC (default: as the tunnel).",
+    ),
+    context: str | None = context_option(),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    resolver: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="Resolve broker names with this DNS server, not the system's.",
+    ),
+    as_json: bool = json_option(),
+) -> None:
+    """Check what working consumer groups need, each with its fix: kubectl, context, RBAC,
+    broker names, each broker through the tunnel, and a group on each broker."""
+    code = run_doctor(make_console(), bootstrap, port, via, context, namespace, kubeconfig,
+                      resolver, as_json)  # fmt: skip
+    raise typer.Exit(code)
 
 
 def run_doctor(
@@ -54,6 +92,14 @@ def run_doctor(
     if status is not None:
         subject = subject_from_status(status, kubectl)
         subject.bootstrap = bootstrap or subject.bootstrap
+    if resolver is not None:
+        try:
+            split_address(resolver)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{resolver!r}: expected the DNS server's HOST:PORT, e.g. 127.0.0.1:53",
+                param_hint="--resolver",
+            ) from None
     resolve = dns_server_resolve(resolver) if resolver else system_resolve
     results = run_checks(subject, resolve)
     failed = any(r.status == FAIL for r in results)

@@ -5,8 +5,8 @@ A consumer group's failure to reach its coordinator does not reach `poll()`: lib
 retries it internally and only logs it. So each consumer also reads librdkafka's group log
 and counts the coordinator errors the broker answered with.
 
-Also runnable as `python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT`, e.g. inside
-the cluster's network namespace, printing `PRODUCED n`.
+Also runnable as `python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT`,
+e.g. inside the cluster's network namespace, printing `PRODUCED n`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class _Collect(logging.Handler):
 
 def _logger(name: str) -> tuple[logging.Logger, _Collect]:
     collect = _Collect()
-    logger = logging.getLogger(f"kafkatunnel.workload.{name}")
+    logger = logging.getLogger(f"kafkatunnel.localcluster.workload.{name}")
     logger.handlers = [collect]
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
@@ -216,8 +216,9 @@ def consume_groups(
         return {group: future.result() for group, future in futures.items()}
 
 
-USAGE = """usage: python -m kafkatunnel.workload produce BOOTSTRAP TOPIC COUNT [PARTITION]
-       python -m kafkatunnel.workload consume BOOTSTRAP GROUP TOPIC COUNT
+USAGE = """usage: python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT [N]
+       python -m kafkatunnel.localcluster.workload consume BOOTSTRAP GROUP TOPIC COUNT
+N: the partition to produce to.
 Extra client settings (e.g. TLS) as JSON in KAFKATUNNEL_CLIENT_CONFIG."""
 
 

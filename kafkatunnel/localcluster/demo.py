@@ -15,18 +15,20 @@ import shutil
 import tempfile
 import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.rule import Rule
 from rich.table import Table
 
 from kafkatunnel.capture.dumpcap import Dumpcap
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.view import status_table
@@ -34,7 +36,6 @@ from kafkatunnel.verify.job import Report
 from kafkatunnel.verify.judge import MISROUTED, OK
 from kafkatunnel.verify.report import summary_lines
 from kafkatunnel.verify.report import table as report_table
-from kafkatunnel.workload import GroupResult, consume_group, consume_groups, produce
 
 MESSAGES = 50
 GROUPS_PER_BROKER = 2
@@ -104,7 +105,10 @@ def _cluster_table(cluster: LocalCluster) -> Table:
 
 
 def run_demo(console: Console, record_dir: Path | None = None, spark: bool = True) -> DemoReport:
-    console.rule("[bold]kafkatunnel demo")
+    # a rule fills the width it is given: off a terminal, that of a plain line
+    console.print(
+        Rule("[bold]kafkatunnel demo"), width=console.width if console.is_terminal else 80
+    )
     recordings = record_dir or Path(tempfile.mkdtemp(prefix="kafkatunnel-demo-"))
     control_capture = recordings / "single-forward.pcapng"
     with LocalCluster() as cluster:
@@ -184,8 +188,10 @@ def _verify(console: Console, report: DemoReport, control: Path | None, spark: b
     problem = spark_problem() if spark else "Spark was not asked for"
     session = None
     if problem is None:
-        console.print("\n[bold]Verifying the recordings[/] with Spark (local[*]) ...")
-        session = spark_session("local[*]")
+        log = report.recording.parent / "spark.log"
+        console.print(f"\n[bold]Verifying the recordings[/] with Spark (local[*]; its own log: "
+                      f"{log}) ...", soft_wrap=True)  # fmt: skip
+        session = spark_session("local[*]", log=log)
     else:
         report.skipped.append(f"Spark ({problem}): verified in one process instead")
         console.print(f"[yellow]skipped: {report.skipped[-1]}[/]")
@@ -220,12 +226,15 @@ def _consume_showing_table(
             g: pool.submit(consume_group, tunnel.bootstrap_servers, g, topic, n, timeout=60)
             for g, n in expected.items()
         }
-        with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:
-            while not done.wait(0.25):
-                live.update(Group(status_table(tunnel.status())))
-                done_count = sum(f.done() for f in futures.values())
-                if done_count == len(futures):
-                    done.set()
+        if console.is_terminal:
+            with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:
+                while not done.wait(0.25):
+                    live.update(Group(status_table(tunnel.status())))
+                    if all(f.done() for f in futures.values()):
+                        done.set()
+        else:  # a log: no redrawn table, the table once the groups are done
+            wait(futures.values())
+            console.print(status_table(tunnel.status(), cut=False))
         return {g: f.result() for g, f in futures.items()}
 
 

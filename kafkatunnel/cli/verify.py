@@ -1,0 +1,123 @@
+"""`kafkatunnel verify`: check the routing of every group in recordings, on Spark."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.verify.job import (
+    Report,
+    expand,
+    spark_problem,
+    spark_session,
+    verify_local,
+    verify_spark,
+)
+from kafkatunnel.verify.replay import replay
+from kafkatunnel.verify.report import summary_lines, table, write_reports
+
+
+def verify(
+    paths: list[str] = typer.Argument(
+        None,
+        metavar="PATH...",
+        help="Recordings: pcap/pcapng files, directories, or Hadoop URIs (hdfs://...).",
+    ),
+    master: str = typer.Option(
+        "local[*]", metavar="URL", help="Spark master URL (spark://host:7077, ...)."
+    ),
+    json_file: str | None = typer.Option(
+        None, "--json", metavar="FILE", help="Write the report as JSON to this file (- for stdout)."
+    ),
+    html_file: str | None = typer.Option(
+        None, "--html", metavar="FILE", help="Write a one-file HTML report."
+    ),
+    in_process: bool = typer.Option(False, help="Run without Spark (small recordings)."),
+    replay_against: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="A running tunnel's HOST:PORT: re-issue read-only look-ups for every group.",
+    ),
+) -> None:
+    """Did every consumer group and transactional id talk to its coordinator? Exit 0 only
+    when nothing is misrouted or leaked."""
+    raise typer.Exit(
+        run_verify(make_console(), paths or [], master, json_file, html_file, in_process,
+                   replay_against)
+    )  # fmt: skip
+
+
+def run_verify(
+    console: Console,
+    paths: list[str],
+    master: str,
+    json_file: str | None,
+    html_file: str | None,
+    in_process: bool,
+    replay_against: str | None,
+) -> int:
+    if not paths:
+        raise typer.BadParameter("name at least one recording (file, directory or URI)")
+    try:
+        files = expand(paths)
+    except FileNotFoundError as cause:
+        raise typer.BadParameter(str(cause), param_hint="PATHS") from None
+    if not files:
+        raise typer.BadParameter(
+            "no .pcap or .pcapng files there (record with `kafkatunnel up --record DIR`)",
+            param_hint="PATHS",
+        )
+    for flag, target in (("--json", json_file), ("--html", html_file)):
+        if target not in (None, "-"):
+            _check_writable(Path(str(target)), flag)
+    if json_file == "-":  # standard output is the JSON's alone: the rest goes to stderr
+        console = make_console(stderr=True)
+    spark = None
+    spark_log = None
+    if not in_process:
+        problem = spark_problem()
+        if problem is not None:
+            error(problem, "install what Spark needs, or verify without Spark: --in-process")
+            return 2
+        spark_log = Path(tempfile.mkstemp(prefix="kafkatunnel-spark-", suffix=".log")[1])
+        spark = spark_session(master, log=spark_log)
+    report: Report = verify_local(files) if spark is None else verify_spark(files, spark)
+    console.print(table(report))
+    for line in summary_lines(report):
+        console.print(line, style="green" if line == "verify: ok" else None, soft_wrap=True)
+    failed = not report.ok
+    if replay_against:
+        keys = sorted({(v.key, v.key_type) for v in report.verdicts})
+        results = replay(keys, replay_against, spark)
+        replayed = Table(title=f"replayed look-ups against {replay_against}", title_justify="left")
+        for column in ("key", "coordinator", "checked with", "result"):
+            replayed.add_column(column)
+        for result in results:
+            outcome = "[green]ok[/]" if result["ok"] else f"[red]{result.get('error')}[/]"
+            replayed.add_row(
+                result["key"], str(result.get("coordinator")),
+                str(result.get("checked_with") or "FindCoordinator"), outcome,
+            )  # fmt: skip
+        console.print(replayed)
+        failed = failed or not all(r["ok"] for r in results)
+    write_reports(report, json_file, html_file)
+    if spark is not None:
+        spark.stop()
+        console.print(f"Spark's own log: {spark_log}", highlight=False, soft_wrap=True)
+    return 1 if failed else 0
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Fail before the work, not after it, when the report cannot be written."""
+    try:
+        with path.open("a"):
+            pass
+    except OSError as cause:
+        raise typer.BadParameter(
+            f"cannot write {path}: {cause.strerror or cause}", param_hint=flag
+        ) from None

@@ -1,0 +1,94 @@
+"""Whether the bootstrap broker answers through the forwarder, and if not, why.
+
+`up` asks this before it prints `bootstrap.servers=...`: a tunnel that can reach nothing
+must say so at once, with the forwarder's own cause (the exec command's exit status and
+stderr, the refused address, the kubectl error), instead of serving and letting the first
+client find out. The question is an ApiVersions request, which every broker answers before
+any authentication. In transparent mode the brokers may speak TLS: any reply, or a close
+that the forwarder does not blame on itself, counts as reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from kafkatunnel.probe import api_versions_request
+from kafkatunnel.protocol.errors import ProtocolError
+from kafkatunnel.protocol.framing import FrameDecoder
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.relay import read_some, write_all
+
+RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
+CORRELATION_ID = 0x6B74  # "kt"
+
+
+class Unreachable(Exception):
+    """The bootstrap broker did not answer in time; the message is the last cause seen."""
+
+
+async def reach(
+    forwarder: Forwarder,
+    host: str,
+    port: int,
+    timeout: float,
+    tls_possible: bool = False,
+    on_retry: Callable[[str], None] | None = None,
+) -> None:
+    """Return once host:port answers through `forwarder`; raise Unreachable after `timeout`
+    seconds of attempts, naming the last cause."""
+    deadline = time.monotonic() + timeout
+    cause = "no answer"
+    attempts = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Unreachable(cause)
+        attempts += 1
+        try:
+            await asyncio.wait_for(_ask(forwarder, host, port, tls_possible), remaining)
+            return
+        except TimeoutError:
+            cause = cause if attempts > 1 else f"no answer within {timeout:g}s"
+            raise Unreachable(cause) from None
+        except (ForwarderError, ConnectionError, OSError, ProtocolError) as error:
+            cause = str(error) or type(error).__name__
+        if on_retry is not None and attempts == 1:
+            on_retry(cause)
+        await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
+
+
+async def _ask(forwarder: Forwarder, host: str, port: int, tls_possible: bool) -> None:
+    upstream = await forwarder.open(host, port)
+    try:
+        await _answered(upstream, tls_possible)
+    finally:
+        upstream.close()
+        upstream.release()
+
+
+async def _answered(upstream: Upstream, tls_possible: bool) -> None:
+    try:
+        await write_all(upstream.write_fd, api_versions_request(CORRELATION_ID))
+    except OSError as error:  # a process that exited at once: its status says why
+        raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    while True:
+        try:
+            data = await read_some(upstream.read_fd)
+        except OSError as error:
+            raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
+        if not data:
+            reason = await upstream.why_ended(None)
+            if reason is None and tls_possible:
+                return  # a TLS listener hangs up on plaintext: something is there
+            raise ConnectionError(
+                reason
+                or "the broker closed the connection without answering: is this "
+                "address a Kafka listener? (a TLS listener needs --mode transparent --dns)"
+            )
+        if tls_possible:
+            return
+        if decoder.feed(data):
+            return

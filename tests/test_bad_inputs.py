@@ -1,0 +1,196 @@
+"""Every command, given what a user gets wrong: a non-zero exit, one message naming the
+cause, and never a Python traceback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.cli import main as cli_main
+from kafkatunnel.cli import tunnel as cli_tunnel
+from kafkatunnel.cli.main import main
+from kafkatunnel.localcluster import free_port
+
+EXEC = "socat STDIO TCP:{host}:{port}"
+
+# (command line, what the message must name). {free}: a free port, {taken}: a port in use,
+# {tmp}: a fresh directory, {garbage}: a directory of files that are not captures.
+# fmt: off
+CASES: list[tuple[str, list[str], str]] = [
+    ("coordinator refused", ["coordinator", "g", "--bootstrap", "127.0.0.1:{free}"],
+     "Connection refused"),
+    ("coordinator no port", ["coordinator", "g", "--bootstrap", "nohost"], "expected HOST:PORT"),
+    ("coordinator unknown host",
+     ["coordinator", "g", "--bootstrap", "nosuchhost.invalid:9092"], "nosuchhost.invalid"),
+    ("coordinator empty group", ["coordinator", ""], "empty group id"),
+    ("coordinator no partitions", ["coordinator", "g", "--partitions", "0"], "--partitions"),
+    ("up bootstrap port not a number", ["up", "--bootstrap", "nohost:abc"], "'nohost:abc'"),
+    ("up refused bootstrap",
+     ["up", "--via", "direct", "--bootstrap", "127.0.0.1:{free}", "--listen", "127.0.0.1:{free2}",
+      "--start-timeout", "2"], "Connection refused"),
+    ("up exec command fails",
+     ["up", "--exec", "sh -c 'echo no route to {host}:{port} >&2; exit 3'",
+      "--bootstrap", "k-0.k:9092", "--listen", "127.0.0.1:{free}", "--start-timeout", "2"],
+     "exited with 3: no route to k-0.k:9092"),
+    ("up exec program missing",
+     ["up", "--exec", "no-such-program {host} {port}", "--bootstrap", "k-0.k:9092",
+      "--listen", "127.0.0.1:{free}", "--start-timeout", "2"], "cannot run `no-such-program`"),
+    ("up exec without port", ["up", "--exec", "nc {host}", "--bootstrap", "k-0.k:9092"],
+     "has no {port}"),
+    ("up via unknown", ["up", "--via", "ssh", "--bootstrap", "k-0.k:9092"], "'ssh' is not one of"),
+    ("up exec missing", ["up", "--bootstrap", "k-0.k:9092"], "needs a command template"),
+    ("up map malformed", ["up", "--via", "direct", "--map", "a=b", "--bootstrap", "k-0.k:9092"],
+     "--map 'a=b': 'b' is not HOST:PORT"),
+    ("up port in use",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--listen", "127.0.0.1:{taken}"],
+     "already in use"),
+    ("up address not here",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--listen", "192.0.2.1:{free}"],
+     "Cannot assign requested address"),
+    ("up listen malformed", ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--listen", "x"],
+     "expected HOST:PORT"),
+    ("up mode unknown", ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--mode", "tls"],
+     "'tls' is not one of"),
+    ("up transparent without dns",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--mode", "transparent"],
+     "needs the DNS shim"),
+    ("up loop unknown", ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--loop", "trio"],
+     "'trio' is not one of"),
+    ("up broker port malformed",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--broker-port", "one"],
+     "expected NODE_ID=PORT"),
+    ("up record rotate malformed",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--record-rotate", "big"],
+     "expected a size"),
+    ("up record unwritable",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--record", "/proc/kafkatunnel"],
+     "cannot write recordings to /proc/kafkatunnel"),
+    ("up record payloads alone",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--record-payloads"],
+     "goes with --record DIR"),
+    ("up negative start timeout",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--start-timeout", "-1"],
+     "--start-timeout"),
+    ("up timeout not a number",
+     ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--connect-timeout", "soon"],
+     "'--connect-timeout' (env var: 'KAFKATUNNEL_CONNECT_TIMEOUT'): Input should be a valid"),
+    ("up unknown flag", ["up", "--bootstrapp", "k-0.k:9092"], "No such option: --bootstrapp"),
+    ("up kubectl with exec", ["up", "--via", "kubectl", "--exec", EXEC], "do not go with"),
+    ("status without tunnel", ["status"], "no running tunnel"),
+    ("status port not a number", ["status", "--port", "x"],
+     "'--port': Input should be a valid integer"),
+    ("down without tunnel", ["down"], "no running tunnel"),
+    ("dns setup without tunnel", ["dns", "setup"], "need exactly one running tunnel"),
+    ("doctor bootstrap refused", ["doctor", "--bootstrap", "127.0.0.1:{free}"],
+     "Connection refused"),
+    ("doctor resolver malformed",
+     ["doctor", "--bootstrap", "127.0.0.1:{free}", "--resolver", "nohost"],
+     "expected the DNS server's HOST:PORT"),
+    ("verify nothing named", ["verify"], "name at least one recording"),
+    ("verify missing file", ["verify", "--in-process", "{tmp}/missing.pcapng"], "no recording at"),
+    ("verify no captures", ["verify", "--in-process", "{garbage}"],
+     "not a pcap or pcapng file"),
+    ("verify report unwritable",
+     ["verify", "--in-process", "{garbage}", "--json", "/proc/kafkatunnel.json"],
+     "cannot write /proc/kafkatunnel.json"),
+    ("config show unknown command", ["config", "show", "--command", "verify"],
+     "'verify' is not one of"),
+    ("profile missing", ["--profile", "nosuch", "status"], "profile 'nosuch'"),
+    ("config file missing", ["--config", "{tmp}/none.toml", "status"], "no configuration file"),
+    ("unknown command", ["tunnel"], "No such command 'tunnel'"),
+]
+# fmt: on
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def _run(argv: list[str], tmp_path: Path, prefix: list[str] | None = None) -> tuple[int, str]:
+    env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}
+    for name in [k for k in env if k.startswith("KAFKATUNNEL_") and k != "KAFKATUNNEL_STATE_DIR"]:
+        del env[name]
+    env.pop("COLUMNS", None)
+    result = subprocess.run(
+        [*(prefix or []), sys.executable, "-m", "kafkatunnel", *argv],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    return result.returncode, result.stdout + result.stderr
+
+
+def _fill(arg: str, values: dict[str, object]) -> str:
+    """Placeholders of this table only: {host} and {port} stay for --exec templates."""
+    for name, value in values.items():
+        arg = arg.replace("{" + name + "}", str(value))
+    return arg
+
+
+@pytest.mark.parametrize(("argv", "cause"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_input_gets_one_clear_message(
+    argv: list[str], cause: str, tmp_path: Path, taken_port: int
+) -> None:
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "notes.pcapng").write_text("not a capture\n")
+    (garbage / "readme.txt").write_text("hello\n")
+    fill = {"free": free_port(), "free2": free_port(), "taken": taken_port, "tmp": tmp_path,
+            "garbage": garbage}  # fmt: skip
+    code, output = _run([_fill(arg, fill) for arg in argv], tmp_path)
+    assert code != 0, output
+    assert cause in " ".join(output.split()), output
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv (util-linux) drops privileges")
+def test_a_port_without_permission_gets_one_clear_message(tmp_path: Path) -> None:
+    """Ports below 1024 need CAP_NET_BIND_SERVICE: root here, so drop that capability."""
+    prefix = []
+    if os.geteuid() == 0:
+        prefix = ["setpriv", "--bounding-set=-net_bind_service", "--inh-caps=-net_bind_service"]
+    code, output = _run(
+        ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--listen", "127.0.0.1:81"],
+        tmp_path, prefix,
+    )  # fmt: skip
+    assert code != 0, output
+    assert "cannot listen on 127.0.0.1:81: Permission denied" in output, output
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_an_unexpected_failure_is_one_message_and_a_bug_report_hint(
+    verbose: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What escapes every command's own handling: one message and exit 70; the traceback
+    only with -vv, for the bug report."""
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a surprise")
+
+    def levels_only(verbose: int, quiet: bool) -> None:  # pytest keeps its log handlers
+        logging.getLogger().setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+
+    monkeypatch.setattr(cli_main, "configure_logging", levels_only)
+    monkeypatch.setattr(cli_tunnel, "run_status", broken)
+    monkeypatch.setattr(sys, "argv", ["kafkatunnel", *(["-vv"] if verbose else []), "status"])
+    level = logging.getLogger().level
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main()
+    finally:
+        logging.getLogger().setLevel(level)
+    assert exit_.value.code == 70
+    err = capsys.readouterr().err
+    assert "RuntimeError: a surprise" in err and "-vv" in err
+    assert ("Traceback" in err) == verbose
