@@ -17,11 +17,12 @@ _ENTRY = struct.Struct(">hhh")
 
 
 def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range]) -> bytes:
-    """`frame_bytes` (an ApiVersions response) with each API in `caps` clamped to its range.
+    """`frame_bytes` (an ApiVersions response) with each API in `caps` clamped to its range,
+    and without top-level tagged fields that only restate their defaults (DEFAULT_TAGS).
 
     An API whose advertised range does not overlap its cap is removed: the client then
     treats it as unsupported rather than using a version that would break the tunnel.
-    Returns the same object when nothing needed clamping.
+    Returns the same object when nothing needed changing.
     """
     buf = frame_bytes
     pos = SIZE_PREFIX + 4  # ApiVersions always answers with response header v0
@@ -55,8 +56,37 @@ def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range
         new_low, new_high = max(low, allowed.start), min(high, allowed.stop - 1)
         if new_low <= new_high:
             kept.append(_ENTRY.pack(api_key, new_low, new_high) + buf[tail_start:pos])
+    array_end = pos
+    tail = buf[array_end:]
+    if compact:  # throttle_time_ms, then the answer's own tagged fields
+        wire.need(buf, array_end, 4, "ApiVersions throttle_time_ms")
+        pruned = _without_defaults(buf, array_end + 4)
+        if pruned is not None:
+            tail = buf[array_end : array_end + 4] + pruned
+            changed = True
     if not changed:
         return frame_bytes
     length = wire.write_uvarint(len(kept) + 1) if compact else len(kept).to_bytes(4, "big")
-    body = buf[SIZE_PREFIX:array_start] + length + b"".join(kept) + buf[pos:]
+    body = buf[SIZE_PREFIX:array_start] + length + b"".join(kept) + tail
     return frame(body)
+
+
+# The answer's tagged fields (ApiVersionsResponse.json, v3+) and the bytes of their default
+# values: SupportedFeatures [], FinalizedFeaturesEpoch -1, FinalizedFeatures [],
+# ZkMigrationReady false. A tagged field that is absent has its default, so dropping these
+# changes nothing for a client; Apache Kafka's brokers never write them. Some brokers write
+# all four, and librdkafka before 2.2.0 (Debian 12's kcat has 2.0.2) skips each tagged field
+# one byte short (confluentinc/librdkafka#4278), so several of them end its ApiVersions
+# parse in "Read underflow" and it never connects.
+DEFAULT_TAGS = {0: b"\x01", 1: b"\xff" * 8, 2: b"\x01", 3: b"\x00"}
+
+
+def _without_defaults(buf: bytes, pos: int) -> bytes | None:
+    """The tagged-field section at pos (to the end of buf) without fields that hold their
+    default value, or None when there are none to drop."""
+    fields = list(wire.tagged_fields(buf, pos))
+    kept = [f for f in fields if DEFAULT_TAGS.get(f.tag) != buf[f.data : f.end]]
+    if len(kept) == len(fields):
+        return None
+    end = fields[-1].end
+    return wire.write_uvarint(len(kept)) + b"".join(buf[f.start : f.end] for f in kept) + buf[end:]

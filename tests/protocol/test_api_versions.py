@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 import pytest
@@ -82,3 +83,43 @@ def test_error_answers_pass_unchanged() -> None:
     librdkafka mock even writes it in a layout of its own (seen on the wire, kept here)."""
     mock_answer = bytes.fromhex("000000110000000100230100120000000200000000")
     assert cap_api_versions(mock_answer, 3, CAPS) is mock_answer
+
+
+# tansu 0.6.0's answer to ApiVersions v3 (correlation id 7), as read from its socket: every
+# tagged field written with its default value.
+TANSU_ANSWER = bytes.fromhex(
+    "0000011b00000007000025004b000000000000190000000400000d0000000500000e0000000500001200"
+    "0000040000130000000700002a0000000200002c00000001000033000000000000150000000200001e00"
+    "0000030000140000000600003200000000000047000000000000200000000400001d0000000300000f00"
+    "000005000010000000050000080000000900001c000000040000240000000200000c0000000400004500"
+    "00000000003c00000001000001000000110000000000000b00000a0000000600001a0000000400001600"
+    "0000050000090000000900000b0000000900002e00000000000011000000010000030000000c00000200"
+    "000009000018000000050000000000040001010108ffffffffffffffff020101030100"
+)
+
+
+def test_default_tagged_fields_are_dropped_and_nothing_else_changes() -> None:
+    response_type = load_response_schema(API_VERSIONS, 3)
+    before = decode(response_type, response_body(API_VERSIONS, 3, TANSU_ANSWER))
+    capped = cap_api_versions(TANSU_ANSWER, 3, CAPS)
+    assert capped.endswith(bytes(5))  # throttle_time_ms 0, then no tagged field at all
+    after = decode(response_type, response_body(API_VERSIONS, 3, capped))
+    assert dataclasses.replace(after, api_keys=()) == dataclasses.replace(before, api_keys=())
+
+
+@pytest.mark.parametrize("version", [v for v in known_versions(API_VERSIONS) if v >= 3])
+def test_tagged_fields_with_values_are_kept(version: int) -> None:
+    response_type = load_response_schema(API_VERSIONS, version)
+    features = typing.get_type_hints(response_type)["finalized_features"]
+    feature_type: Any = typing.get_args(features)[0]
+    feature = feature_type(name="metadata.version", max_version_level=20, min_version_level=20)
+    message = dataclasses.replace(
+        decode(response_type, response_body(API_VERSIONS, 3, TANSU_ANSWER)),
+        api_keys=(),
+        finalized_features_epoch=7,
+        finalized_features=(feature,),
+        zk_migration_ready=True,
+    )
+    wire = response_frame(API_VERSIONS, version, encode(message))
+    capped = cap_api_versions(wire, version, CAPS)
+    assert decode(response_type, response_body(API_VERSIONS, version, capped)) == message

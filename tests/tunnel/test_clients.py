@@ -4,13 +4,15 @@ Kubernetes-style advertised name."""
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
 import uuid
 
 import confluent_kafka
 
 from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
+from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection, find_coordinator, split_address
-from kafkatunnel.workload import consume_group, produce
 from tests.tunnel.conftest import MakeTunnel
 
 
@@ -34,6 +36,31 @@ def test_tansu_with_a_kubernetes_name(cluster: LocalCluster, make_tunnel: MakeTu
     for _, host, port in brokers + described:
         assert _tunnel_port(bootstrap, host, port), (host, port)
     assert len(described) == 1
+
+
+def test_debians_kcat_reaches_tansu_through_the_tunnel(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    """Debian 12's kcat has librdkafka 2.0.2, which cannot parse tansu's ApiVersions answer
+    (every default tagged field written; librdkafka#4278). Through the tunnel it lists the
+    brokers and consumes as a group, as the quickstart shows."""
+    assert cluster.tansu is not None
+    tunnel = make_tunnel(bootstrap=cluster.tansu.address)
+    bootstrap = tunnel.bootstrap_servers
+    topic = f"kcat-{uuid.uuid4().hex[:6]}"
+    assert produce(bootstrap, topic, 5) == 5
+    listed = subprocess.run(["kcat", "-b", bootstrap, "-L", "-m", "10"], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    listed_at = re.findall(r"broker \d+ at (\S+):(\d+)", listed.stdout)
+    assert listed_at, listed.stdout
+    assert all(_tunnel_port(bootstrap, host, int(port)) for host, port in listed_at)
+    consumed = subprocess.run(
+        ["kcat", "-b", bootstrap, "-G", f"{topic}-g", "-e", "-o", "beginning", topic],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.split()) == sorted(f"m-{i}" for i in range(5))
 
 
 def test_aiokafka(cluster: LocalCluster, make_tunnel: MakeTunnel) -> None:
