@@ -15,10 +15,14 @@ kt_as_root() {
 }
 
 # Debian packages: command -> package.
+KT_APT_COMMANDS=(
+  socat:socat kcat:kcat ip:iproute2 tmux:tmux openssl:openssl getent:libc-bin
+  tshark:tshark mergecap:wireshark-common tcpdump:tcpdump          # captures
+)
 kt_apt_packages() {
   local missing=() pair
-  for pair in socat:socat tshark:tshark kcat:kcat ip:iproute2 tmux:tmux openssl:openssl getent:libc-bin; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+  for pair in "${KT_APT_COMMANDS[@]}"; do
+    PATH="$PATH:/usr/sbin:/sbin" command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
   if ! kt_java_ok; then missing+=(openjdk-17-jre-headless); fi
   if [ ${#missing[@]} -eq 0 ]; then return 0; fi

@@ -1,0 +1,239 @@
+"""The commands in README.md and docs/ hold: every shell block either runs here, as
+written, or says in its fence what it needs that a test machine lacks.
+
+A fence's second word is that need: ```bash kubernetes (a cluster in Kubernetes),
+spark-cluster (HDFS or YARN), benchmark (minutes of measuring, run by hand), setup (the
+README's own two commands, which CI runs). Their `kafkatunnel` lines are still parsed by the
+real command line, so a renamed flag fails here; their scripts must exist and know the flags.
+
+Every other block runs with bash inside a network namespace that plays the laptop: a tunnel
+on 127.0.0.1:9092 (as the docs assume) to the local cluster, recording to recordings/, with
+a topic `orders`. A line ending in `# until Ctrl-C` runs while traffic goes through the
+tunnel, then gets Ctrl-C. A console block (`$ command` and what it prints) runs in a
+directory holding its document's kafkatunnel.toml, and must print the lines it shows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer._click.core import Command, Context
+from typer.core import TyperGroup
+
+from kafkatunnel.cli.main import command as kafkatunnel_command
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w+)[ \t]*([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+SHELLS = {"bash", "sh", "console"}
+NEEDS = {
+    "kubernetes": "a cluster in Kubernetes",
+    "spark-cluster": "HDFS or YARN",
+    "benchmark": "minutes of measuring",
+    "setup": "a fresh machine (CI runs these)",
+}
+UNTIL_INTERRUPTED = "# until Ctrl-C"
+BOX = re.compile(r"[│┃┏┓┗┛┡┩┠┨┯┷┳┻╇╈━─┼╋┣┫┬┴├┤┌┐└┘]")
+
+
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int
+    language: str
+    need: str
+    text: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+    def lines(self) -> list[str]:
+        """Its command lines, continuations joined (console: the `$ ` lines only)."""
+        joined = self.text.replace("\\\n", " ").splitlines()
+        if self.language == "console":
+            joined = [line[2:] for line in joined if line.startswith("$ ")]
+        if self.language == "yaml":  # a CI file: the kafkatunnel lines of its steps
+            joined = [re.sub(r"^\s*(- )?(run:)?\s*", "", line) for line in joined]
+            joined = [line for line in joined if line.startswith("kafkatunnel ")]
+        return [line.strip() for line in joined if line.strip() and not line.startswith("#")]
+
+    def output(self) -> list[str]:
+        """A console block's printed lines (not `...`)."""
+        printed = [line for line in self.text.splitlines() if not line.startswith("$ ")]
+        return [line for line in printed if line.strip() not in ("", "...")]
+
+
+def blocks() -> list[Block]:
+    found = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for match in FENCE.finditer(text):
+            language, need, body = match.groups()
+            if language in SHELLS or language == "yaml":
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(Block(document, line, language, need, body))
+    return found
+
+
+BLOCKS = blocks()
+NOT_RUN = [b for b in BLOCKS if b.need or b.language == "yaml"]
+RUN = [b for b in BLOCKS if b not in NOT_RUN]
+
+
+def test_every_block_runs_or_names_what_it_needs() -> None:
+    assert RUN and NOT_RUN
+    for block in BLOCKS:
+        assert block.need in ("", *NEEDS), f"{block.name}: unknown need {block.need!r}"
+
+
+# -- blocks that are not run: still parsed -----------------------------------------------------
+
+
+def _words(line: str) -> list[str]:
+    """The first command of a shell line: no sudo, variables, pipes or redirections."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words: list[str] = []
+    for word in lexer:
+        if set(word) <= set("();<>|&"):
+            break
+        words.append(word)
+    while words and (words[0] == "sudo" or re.match(r"^[A-Z_]+=", words[0])):
+        words.pop(0)
+    return words
+
+
+def _parse(command: Command, args: list[str], parent: Context | None, name: str) -> None:
+    ctx = command.make_context(name, list(args), parent=parent)
+    if isinstance(command, TyperGroup):
+        rest = [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])), *ctx.args]
+        sub_name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None and sub_name is not None
+        _parse(sub, rest, ctx, sub_name)
+
+
+@pytest.mark.parametrize("block", NOT_RUN, ids=[b.name for b in NOT_RUN])
+def test_commands_of_blocks_not_run_still_parse(block: Block) -> None:
+    for line in block.lines():
+        words = _words(line)
+        if not words:
+            continue
+        if words[0] == "kafkatunnel":
+            _parse(kafkatunnel_command(), words[1:], None, "kafkatunnel")
+        elif len(words) > 1 and words[1].startswith("scripts/"):
+            script = ROOT / words[1]
+            assert script.is_file(), f"{block.name}: {words[1]} does not exist"
+            usage = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                                   text=True, timeout=60, cwd=ROOT).stdout  # fmt: skip
+            for flag in (w.split("=")[0] for w in words[2:] if w.startswith("--")):
+                assert flag in usage, f"{block.name}: {words[1]} has no {flag}"
+        elif words[0].startswith("scripts/"):
+            assert (ROOT / words[0]).is_file(), f"{block.name}: {words[0]} does not exist"
+
+
+# -- blocks that run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Laptop:
+    namespace: NetworkNamespace
+    work: Path
+    env: dict[str, str]
+
+    def bash(self, script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.namespace.exec_prefix(), "bash", "-c", script],
+            capture_output=True, text=True, timeout=180, cwd=cwd, env=self.env,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def laptop(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Laptop]:
+    work = tmp_path_factory.mktemp("docs")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "KAFKATUNNEL_STATE_DIR": str(work / "state")}  # fmt: skip
+    for name in ("COLUMNS", "KAFKATUNNEL_PROFILE", "KAFKATUNNEL_CONFIG"):
+        env.pop(name, None)
+    with NetworkNamespace() as namespace:
+        up = ManagedProcess(
+            [*namespace.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up",
+             "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
+             "--listen", "127.0.0.1:9092", "--record", str(work / "recordings"),
+             "--record-rotate", "16KiB", "--no-table"],
+            name="docs-tunnel", env=env,
+        )  # fmt: skip
+        try:
+            up.wait_for_line(r"^bootstrap\.servers=127\.0\.0\.1:9092$", timeout=30)
+            laptop = Laptop(namespace, work, env)
+            seeded = laptop.bash(f"{TRAFFIC}\nkt_traffic", work)
+            assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+            yield laptop
+        finally:
+            up.stop()
+
+
+# Traffic through the tunnel: messages in `orders`, and a group that reads them.
+TRAFFIC = f"""
+kt_traffic() {{
+    local workload="{sys.executable} -m kafkatunnel.localcluster.workload"
+    $workload produce 127.0.0.1:9092 orders 20 >/dev/null
+    $workload consume 127.0.0.1:9092 "docs-$RANDOM" orders 20 >/dev/null
+}}
+"""
+
+PRELUDE = f"""set -euo pipefail
+set -m  # background jobs in their own process group, so that Ctrl-C reaches them
+command -v sudo >/dev/null || sudo() {{ "$@"; }}
+{TRAFFIC}
+kt_until_started() {{  # a capture says "listening on" once it captures
+    local deadline=$((SECONDS + 20))
+    until grep -q "listening on" "$1"; do
+        if [ $SECONDS -ge $deadline ]; then cat "$1" >&2; return 1; fi
+        sleep 0.1
+    done
+}}
+"""
+
+
+def script_of(block: Block) -> str:
+    lines = [PRELUDE]
+    for line in block.lines():
+        if line.endswith(UNTIL_INTERRUPTED):
+            lines.append(f"{{ {line.removesuffix(UNTIL_INTERRUPTED)} ; }} 2> started.log &")
+            lines.append("running=$!; kt_until_started started.log; kt_traffic")
+            lines.append('kill -INT -- "-$running"; wait "$running" || true')
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _flat(text: str) -> str:
+    return " ".join(BOX.sub(" ", text).split())
+
+
+@pytest.mark.parametrize("block", RUN, ids=[b.name for b in RUN])
+def test_a_block_runs_as_written(block: Block, laptop: Laptop, tmp_path: Path) -> None:
+    cwd = laptop.work
+    if block.language == "console":
+        cwd = tmp_path
+        for toml in re.findall(r"^```toml\n(.*?)^```", block.document.read_text(), re.S | re.M):
+            (cwd / "kafkatunnel.toml").write_text(toml)
+    result = laptop.bash(script_of(block), cwd)
+    assert result.returncode == 0, f"{block.name}\n{block.text}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stdout + result.stderr
+    printed = _flat(result.stdout)
+    for line in block.output() if block.language == "console" else []:
+        assert _flat(line) in printed, f"{block.name}: {line!r} not in\n{result.stdout}"
