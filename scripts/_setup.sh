@@ -18,6 +18,7 @@ kt_as_root() {
 KT_APT_COMMANDS=(
   socat:socat kcat:kcat ip:iproute2 tmux:tmux openssl:openssl getent:libc-bin
   tshark:tshark mergecap:wireshark-common tcpdump:tcpdump          # captures
+  dig:bind9-dnsutils unbound:unbound dnsmasq:dnsmasq-base          # resolvers before the shim
 )
 kt_apt_packages() {
   local missing=() pair

@@ -43,6 +43,7 @@ from kafkatunnel.tunnel import (
     parse_mapping,
 )
 from kafkatunnel.tunnel.control import fetch, running_tunnels
+from kafkatunnel.tunnel.registry import Endpoint
 from kafkatunnel.tunnel.view import status_table
 
 START_TIMEOUT = 15.0
@@ -430,7 +431,7 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await tunnel.start()
-    print(f"bootstrap.servers={tunnel.bootstrap_servers}", flush=True)
+    print(f"bootstrap.servers={tunnel.client_bootstrap}", flush=True)
     if tunnel.recorder is not None:
         print(f"recording to {tunnel.recorder.directory}", flush=True)
     configured = False
@@ -453,8 +454,7 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
                     live.update(status_table(tunnel.status()))
         else:
             for endpoint in tunnel.endpoints():
-                node = "bootstrap" if endpoint.node_id is None else f"broker {endpoint.node_id}"
-                print(f"{node}: {endpoint.local} -> {endpoint.advertised}", flush=True)
+                print(endpoint_line(endpoint, tunnel.transparent), flush=True)
             await stop.wait()
     finally:
         if configured:
@@ -462,6 +462,16 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
                 print(f"resolver: {step}", file=sys.stderr, flush=True)
         await tunnel.stop()
         print("tunnel closed", file=sys.stderr, flush=True)
+
+
+def endpoint_line(endpoint: Endpoint, transparent: bool) -> str:
+    """`broker 1: 127.0.0.1:9093 -> kafka-0...:9092`, and with the DNS shim in rewrite mode
+    where the broker's name leads (clients given a name reach the broker there too)."""
+    node = "bootstrap" if endpoint.node_id is None else f"broker {endpoint.node_id}"
+    line = f"{node}: {endpoint.local} -> {endpoint.advertised}"
+    if endpoint.dns_address is not None and not transparent:
+        line += f" (name: {endpoint.dns_address}:{endpoint.advertised_port})"
+    return line
 
 
 def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, Any]]:

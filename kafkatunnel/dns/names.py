@@ -7,6 +7,7 @@ cluster the search path also resolves `pod.service`, `pod.service.namespace` and
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
@@ -56,26 +57,58 @@ def broker_name(advertised: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -
 
 
 class Zone:
-    """Name -> IPv4 address for the brokers; knows which names are inside the cluster's zone."""
+    """Name -> IPv4 address for the brokers, and the zones the shim is authoritative for.
+
+    Its apexes are the outermost suffixes of the brokers' names (`cluster.local`, `svc`, the
+    headless service's short name): inside them a name exists when it is a broker name, an
+    apex, or an empty non-terminal between the two (`demo.svc.cluster.local`), and nothing
+    else does. Outside them the shim has no say."""
 
     def __init__(self) -> None:
         self._addresses: dict[str, str] = {}
         self._suffixes: set[str] = set()
+        self.serial = 0  # grows with every change, for the zones' SOA
 
     def add(self, name: BrokerName, address: str) -> None:
         for form in name.forms:
             self._addresses[form] = address
         self._suffixes |= name.suffixes
+        self.serial += 1
+        self.__dict__.pop("apexes", None)
+        self.__dict__.pop("_existing", None)
 
     def lookup(self, name: str) -> str | None:
         return self._addresses.get(normalize(name))
 
     def contains(self, name: str) -> bool:
         """Whether `name` is inside the zone (so unknown means NXDOMAIN, not REFUSED)."""
+        return self.apex_of(name) is not None
+
+    def apex_of(self, name: str) -> str | None:
+        """The apex of the zone `name` is in (the closest enclosing one), or None."""
         key = normalize(name)
-        if key in self._addresses or key in self._suffixes:
-            return True
-        return any(key.endswith("." + suffix) for suffix in self._suffixes)
+        enclosing = [a for a in self.apexes if key == a or key.endswith("." + a)]
+        return max(enclosing, key=len, default=None)
+
+    def exists(self, name: str) -> bool:
+        """Whether `name` has records or names below it (else, in a zone, NXDOMAIN)."""
+        return normalize(name) in self._existing
+
+    @functools.cached_property
+    def apexes(self) -> frozenset[str]:
+        known = self._suffixes | {".".join(n.split(".")[1:]) or n for n in self._addresses}
+        return frozenset(s for s in known if not any(s.endswith("." + o) for o in known))
+
+    @functools.cached_property
+    def _existing(self) -> frozenset[str]:
+        found = set(self.apexes)
+        for name in self._addresses:
+            labels = name.split(".")
+            for start in range(len(labels)):
+                ancestor = ".".join(labels[start:])
+                if any(ancestor == a or ancestor.endswith("." + a) for a in self.apexes):
+                    found.add(ancestor)
+        return frozenset(found)
 
     @property
     def names(self) -> dict[str, str]:

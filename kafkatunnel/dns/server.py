@@ -1,15 +1,18 @@
 """The DNS shim's sockets: UDP with asyncio-dgram, and TCP (two-byte length prefix), both
-answering from one Zone. A bad packet is dropped or answered FORMERR; the loop goes on."""
+answering from one Zone. A bad packet is answered FORMERR (or dropped), counted, and logged
+at most every ten seconds; the loop goes on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 import asyncio_dgram
 
-from kafkatunnel.dns.answer import answer
+from kafkatunnel.dns.answer import Reply, respond
 from kafkatunnel.dns.names import Zone
 
 log = logging.getLogger("kafkatunnel.dns")
@@ -22,6 +25,8 @@ class DnsServer:
         self.port = port
         self.answered = 0
         self.dropped = 0
+        self.bad_packets = 0  # malformed, or not a query we serve
+        self._bad_log = RateLimitedLog()
         self._udp: asyncio_dgram.DatagramServer | None = None
         self._tcp: asyncio.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -84,12 +89,39 @@ class DnsServer:
 
     def _answer(self, data: bytes, udp: bool) -> bytes | None:
         try:
-            reply = answer(data, self.zone, udp=udp)
+            reply = respond(data, self.zone, udp=udp)
         except Exception as error:
-            log.warning("dropped a DNS packet that broke the parser: %r", error)
-            reply = None
-        if reply is None:
+            reply = Reply(None, f"broke the answer ({type(error).__name__})")
+        if reply.problem is not None:
+            self.bad_packets += 1
+            self._bad_log.note(reply.problem)
+        if reply.packet is None:
             self.dropped += 1
         else:
             self.answered += 1
-        return reply
+        return reply.packet
+
+
+class RateLimitedLog:
+    """Bad packets are counted, and logged at most once per `interval` seconds with how
+    many came and the last reason: a flood of garbage must not become a flood of log."""
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.interval = interval
+        self.clock = clock
+        self._last: float | None = None
+        self._unlogged = 0
+
+    def note(self, problem: str) -> None:
+        self._unlogged += 1
+        now = self.clock()
+        if self._last is not None and now - self._last < self.interval:
+            return
+        log.warning(
+            "DNS: %d bad packet(s) answered FORMERR/NOTIMP or dropped%s; last: %s",
+            self._unlogged,
+            "" if self._last is None else f" in {now - self._last:.0f}s",
+            problem,
+        )
+        self._last = now
+        self._unlogged = 0

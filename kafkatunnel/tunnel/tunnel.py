@@ -105,6 +105,12 @@ class Tunnel:
         host = self.config.listen_host
         return f"[{host}]:{self.config.listen_port}" if ":" in host else self.bootstrap.local
 
+    @property
+    def client_bootstrap(self) -> str:
+        """What clients put in bootstrap.servers: the tunnel's listener or, in transparent
+        mode (TLS hostname checks, Kerberos), a broker's own name, which the shim resolves."""
+        return self.bootstrap.advertised if self.transparent else self.bootstrap_servers
+
     # -- life cycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -327,6 +333,7 @@ class Tunnel:
                 "domains": self.zone.domains,
                 "answered": self.dns.answered,
                 "dropped": self.dns.dropped,
+                "bad_packets": self.dns.bad_packets,
             },
         }
 
@@ -375,6 +382,11 @@ class Tunnel:
                 lines.append(
                     f'kafkatunnel_coordinator_errors_total{{{_labels(e)},error="{error}"}} {count}'
                 )
+        if self.dns is not None:
+            lines.append("# TYPE kafkatunnel_dns_answers_total counter")
+            lines.append(f"kafkatunnel_dns_answers_total {self.dns.answered}")
+            lines.append("# TYPE kafkatunnel_dns_bad_packets_total counter")
+            lines.append(f"kafkatunnel_dns_bad_packets_total {self.dns.bad_packets}")
         return "\n".join(lines) + "\n"
 
 

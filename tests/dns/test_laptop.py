@@ -74,6 +74,9 @@ def test_names_resolve_and_clients_use_them(
     assert cluster.tansu is not None
     tunnel = _tunnel_in(laptop, cluster, tmp_path, "--bootstrap", cluster.tansu.address)
     try:
+        # transparent mode: clients must use a broker's name, so that is what is printed
+        shown = tunnel.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=1).group(1)
+        assert shown == cluster.tansu.address
         tunnel.wait_for_line(r"^broker \d+: 127\.0\.0\.2:9092 ", timeout=10)
         for name in (TANSU_HOST, "kafka-0.kafka-headless", "KAFKA-0.kafka-headless.demo.svc"):
             assert _in_laptop(laptop, "getent", "hosts", name).split()[0] == "127.0.0.2"
@@ -198,7 +201,11 @@ def test_up_with_dns_sets_up_the_resolver_and_undoes_it_on_exit(
             env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
         )
         try:
+            # rewrite mode: clients use the tunnel's address; each name's own is shown too
+            tunnel.wait_for_line(r"^bootstrap\.servers=127\.0\.0\.1:9092$", timeout=30)
             tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
+            tunnel.wait_for_line(r"^broker \d+: 127\.0\.0\.1:9093 -> kafka-0\..* \(name: "
+                                 r"127\.0\.0\.2:9092\)$", timeout=10)  # fmt: skip
             during = hosts_file.read_text()
             assert f"127.0.0.2 {'kafka-0.kafka-headless'}" in during
             assert TANSU_HOST in during
