@@ -331,6 +331,7 @@ class Tunnel:
                 "listen": f"{self.dns.host}:{self.dns.port}",
                 "names": self.zone.names,
                 "domains": self.zone.domains,
+                "zones": sorted(self.zone.apexes),
                 "answered": self.dns.answered,
                 "dropped": self.dns.dropped,
                 "bad_packets": self.dns.bad_packets,
