@@ -70,8 +70,9 @@ def unbound(directory: Path, zones: list[str]) -> list[str]:
 
 def dnsmasq(directory: Path, zones: list[str]) -> list[str]:
     servers = [f"--server=/{zone}/{SHIM[0]}#{SHIM[1]}" for zone in zones]
-    return ["dnsmasq", "--keep-in-foreground", "--log-facility=-", "--log-queries", "--no-resolv", "--no-hosts",
-            "--listen-address=127.0.0.1", "--bind-interfaces", "--port=53", "--user=root",
+    return ["dnsmasq", "--keep-in-foreground", "--log-facility=-", "--log-queries",
+            "--no-resolv", "--no-hosts", "--listen-address=127.0.0.1", "--bind-interfaces",
+            "--port=53", "--user=root",
             f"--pid-file={directory}/dnsmasq.pid", *servers]  # fmt: skip
 
 
