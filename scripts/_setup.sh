@@ -19,6 +19,7 @@ KT_APT_COMMANDS=(
   socat:socat kcat:kcat ip:iproute2 tmux:tmux openssl:openssl getent:libc-bin
   tshark:tshark mergecap:wireshark-common tcpdump:tcpdump          # captures
   dig:bind9-dnsutils unbound:unbound dnsmasq:dnsmasq-base          # resolvers before the shim
+  dbus-daemon:dbus                                                 # a bus for systemd-resolved
 )
 kt_apt_packages() {
   local missing=() pair
@@ -50,6 +51,24 @@ kt_check_java() {
   kt_log "Java 17 or newer is required by Spark (kafkatunnel verify) and was not found."
   kt_log "Install it: apt-get install openjdk-17-jre-headless (or set JAVA_HOME)."
   return 1
+}
+
+# systemd-resolved for the tests, unpacked next to the virtualenv, never installed: the
+# package would take over this machine's /etc/resolv.conf. The tests run it in a network
+# and mount namespace of its own, with a D-Bus of its own.
+kt_resolved_for_tests() {
+  local target="$KT_VENV/opt/systemd-resolved" work
+  if [ -x "$target/lib/systemd/systemd-resolved" ]; then return 0; fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    kt_log "no apt-get: the systemd-resolved tests will say what they miss"
+    return 0
+  fi
+  kt_log "unpacking systemd-resolved (for the tests) into $target"
+  work="$(mktemp -d)" && chmod 755 "$work"
+  (cd "$work" && apt-get download -q systemd-resolved >/dev/null)
+  mkdir -p "$target"
+  dpkg -x "$work"/systemd-resolved_*.deb "$target"
+  rm -rf "$work"
 }
 
 # The virtualenv, reinstalled only when pyproject.toml changed.

@@ -82,7 +82,7 @@ def run_dns_setup(
         plan = setup(
             method=method,
             names=dns["names"],
-            domains=dns["domains"],
+            domains=dns.get("zones", dns["domains"]),
             server=split_address(dns["listen"]),
             hosts_file=Path(hosts_file),
             resolver_dir=Path(resolver_dir),
@@ -91,5 +91,7 @@ def run_dns_setup(
     except (ValueError, RuntimeError, OSError) as cause:
         error(str(cause))
         raise typer.Exit(2) from None
+    for note in plan.notes:
+        console.print(f"note: {note}", highlight=False)
     for step in plan.steps:
-        console.print(f"{'would ' if dry_run else ''}{plan.method}: {step}")
+        console.print(f"{'would ' if dry_run else ''}{plan.method}: {step}", highlight=False)

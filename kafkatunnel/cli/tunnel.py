@@ -26,7 +26,7 @@ from kafkatunnel.cli.options import (
     port_option,
 )
 from kafkatunnel.cli.output import error, make_console
-from kafkatunnel.dns.resolver import METHODS
+from kafkatunnel.dns.resolver import METHODS, ResolverError
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.kube.forwarder import KubectlForwarder
@@ -438,13 +438,19 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
     try:
         if tunnel.dns is not None and dns.setup != "none":
             status = tunnel.status()["dns"]
-            plan = resolver_setup(
-                method=dns.setup,
-                names=status["names"],
-                domains=status["domains"],
-                server=parse_listen(status["listen"]),
-            )
+            try:
+                plan = resolver_setup(
+                    method=dns.setup,
+                    names=status["names"],
+                    domains=status["zones"],
+                    server=parse_listen(status["listen"]),
+                )
+            except (ResolverError, OSError) as cause:
+                error(f"cannot point the resolver at the DNS shim: {cause}")
+                raise typer.Exit(2) from None
             configured = True
+            for note in plan.notes:
+                print(f"resolver: note: {note}", file=sys.stderr, flush=True)
             print(f"resolver: {plan.method}: " + "; ".join(plan.steps), flush=True)
         if table and console.is_terminal:
             with Live(status_table(tunnel.status()), console=console, refresh_per_second=4) as live:

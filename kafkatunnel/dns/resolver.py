@@ -4,6 +4,13 @@ Three methods: systemd-resolved (per-link domain routing with `resolvectl`), mac
 `/etc/resolver/<domain>` files, and a managed block in /etc/hosts as the fallback. Each
 action is written to a state file before it is taken, so `teardown` undoes everything that
 was set up, also after a crash, and leaves every file as it was, byte for byte.
+
+systemd-resolved refuses per-link DNS on a loopback link ("Link lo is loopback device":
+its link bus methods check the link's flags first), and only routes to a link it finds
+relevant: up, with carrier and a non-loopback address. So the shim gets a link of its own,
+as VPN tools do: a dummy interface `kafkatunnel0` with a link-local address, its DNS server
+the shim, its routing domains the cluster's zones (short forms included), and never the
+default route. Where the kernel has no dummy driver (some containers) a veth pair serves.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,13 @@ from kafkatunnel.tunnel.control import state_dir
 BEGIN = "# BEGIN kafkatunnel (managed: `kafkatunnel dns teardown` removes this block)"
 END = "# END kafkatunnel"
 METHODS = ("auto", "systemd-resolved", "resolver-dir", "hosts")
+LINK = "kafkatunnel0"
+LINK_ADDRESS = "169.254.53.53/32"  # makes the link relevant to resolved; nothing routes to it
+LINK_WAIT = 5.0  # seconds for resolved to learn of the new link
+
+
+class ResolverError(RuntimeError):
+    """A set-up command failed; the message has its own output and the fix."""
 
 
 @dataclass
@@ -29,6 +44,7 @@ class Plan:
 
     method: str
     steps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. why another method was used
 
 
 def state_file() -> Path:
@@ -48,10 +64,80 @@ def choose_method(method: str) -> str:
 
 
 def _resolved_active() -> bool:
-    result = subprocess.run(
-        ["systemctl", "is-active", "systemd-resolved"], capture_output=True, text=True
-    )
-    return result.stdout.strip() == "active"
+    """Whether systemd-resolved answers on D-Bus (systemctl may not exist, e.g. in WSL or a
+    container, while resolved runs)."""
+    try:
+        result = subprocess.run(["resolvectl", "--no-pager", "status"], capture_output=True,
+                                text=True, timeout=5)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def _run(command: list[str]) -> None:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ResolverError(f"`{' '.join(command)}` could not run: {error}") from None
+    if result.returncode != 0:
+        output = (result.stderr.strip() or result.stdout.strip() or "no output").replace("\n", "; ")
+        raise ResolverError(f"`{' '.join(command)}` exited with {result.returncode}: {output}")
+
+
+def _link_commands(kind: str) -> list[list[str]]:
+    if kind == "dummy":
+        create = ["ip", "link", "add", LINK, "type", "dummy"]
+        up = [["ip", "link", "set", LINK, "up"]]
+    else:
+        create = ["ip", "link", "add", LINK, "type", "veth", "peer", "name", f"{LINK}p"]
+        up = [["ip", "link", "set", LINK, "up"], ["ip", "link", "set", f"{LINK}p", "up"]]
+    return [create, *up, ["ip", "address", "add", LINK_ADDRESS, "dev", LINK]]
+
+
+def _resolvectl_commands(domains: list[str], server: tuple[str, int]) -> list[list[str]]:
+    address = server[0] if server[1] == 53 else f"{server[0]}:{server[1]}"
+    return [
+        ["resolvectl", "dns", LINK, address],
+        ["resolvectl", "domain", LINK, *[f"~{d}" for d in domains]],
+        ["resolvectl", "default-route", LINK, "false"],
+    ]
+
+
+def _setup_resolved(domains: list[str], server: tuple[str, int]) -> str:
+    """Create the link and point resolved at the shim through it; returns the link kind.
+    Whatever fails is undone before ResolverError says why."""
+    try:
+        _run(_link_commands("dummy")[0])
+        kind = "dummy"
+    except ResolverError as error:
+        if "Unknown device type" not in str(error):
+            raise
+        kind = "veth"  # no dummy driver in this kernel
+        _run(_link_commands(kind)[0])
+    try:
+        for command in _link_commands(kind)[1:]:
+            _run(command)
+        dns, *rest = _resolvectl_commands(domains, server)
+        deadline = time.monotonic() + LINK_WAIT
+        while True:  # resolved learns of new links from netlink, a moment later
+            try:
+                _run(dns)
+                break
+            except ResolverError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        for command in rest:
+            _run(command)
+    except ResolverError:
+        _undo_resolved(LINK)
+        raise
+    return kind
+
+
+def _undo_resolved(link: str) -> None:
+    subprocess.run(["resolvectl", "revert", link], capture_output=True)
+    subprocess.run(["ip", "link", "del", link], capture_output=True)
 
 
 def _load() -> list[dict[str, Any]]:
@@ -81,7 +167,6 @@ def setup(
     server: tuple[str, int],
     hosts_file: Path = Path("/etc/hosts"),
     resolver_dir: Path = Path("/etc/resolver"),
-    link: str = "lo",
     dry_run: bool = False,
 ) -> Plan:
     """Point the resolver at the shim (or, for `hosts`, write the names themselves)."""
@@ -115,18 +200,24 @@ def setup(
             resolver_dir.mkdir(parents=True, exist_ok=True)
             target.write_text(f"nameserver {server[0]}\nport {server[1]}\n")
     else:
-        address = server[0] if server[1] == 53 else f"{server[0]}:{server[1]}"
-        commands = [
-            ["resolvectl", "dns", link, address],
-            ["resolvectl", "domain", link, *[f"~{d}" for d in domains]],
-        ]
-        for command in commands:
+        for command in _link_commands("dummy") + _resolvectl_commands(domains, server):
             plan.steps.append(" ".join(command))
         if not dry_run:
-            actions.append({"kind": "resolvectl", "link": link})
+            actions.append({"kind": "resolved-link", "link": LINK})
             _record(actions)
-            for command in commands:
-                subprocess.run(command, check=True, capture_output=True, text=True)
+            try:
+                _setup_resolved(domains, server)
+            except ResolverError as error:
+                _record(actions[:-1])
+                if method != "auto":
+                    raise ResolverError(
+                        f"{error}\nfix: run as root (the shim needs a network link of its "
+                        "own), or choose another way: --dns-setup hosts"
+                    ) from None
+                fallback = setup(method="hosts", names=names, domains=domains, server=server,
+                                 hosts_file=hosts_file, dry_run=dry_run)  # fmt: skip
+                fallback.notes.append(f"systemd-resolved did not take it ({error}): used hosts")
+                return fallback
     return plan
 
 
@@ -154,10 +245,14 @@ def teardown(*, dry_run: bool = False) -> list[str]:
                 done.append(f"restore {path}")
                 if not dry_run:
                     path.write_bytes(bytes.fromhex(action["backup"]))
-        elif kind == "resolvectl":
+        elif kind == "resolvectl":  # set up by an older kafkatunnel: settings on a link
             done.append(f"resolvectl revert {action['link']}")
             if not dry_run:
                 subprocess.run(["resolvectl", "revert", action["link"]], capture_output=True)
+        elif kind == "resolved-link":
+            done.append(f"resolvectl revert {action['link']}; ip link del {action['link']}")
+            if not dry_run:
+                _undo_resolved(action["link"])
     if not dry_run:
         state_file().unlink(missing_ok=True)
     return done

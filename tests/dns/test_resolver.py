@@ -94,8 +94,12 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
         dry_run=True,
     )  # fmt: skip
     assert resolved.steps == [
-        "resolvectl dns lo 127.0.0.1",
-        "resolvectl domain lo ~cluster.local ~demo.svc",
+        "ip link add kafkatunnel0 type dummy",
+        "ip link set kafkatunnel0 up",
+        "ip address add 169.254.53.53/32 dev kafkatunnel0",
+        "resolvectl dns kafkatunnel0 127.0.0.1",
+        "resolvectl domain kafkatunnel0 ~cluster.local ~demo.svc",
+        "resolvectl default-route kafkatunnel0 false",
     ]
 
 
