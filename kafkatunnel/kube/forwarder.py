@@ -26,28 +26,35 @@ class KubectlForwarder(Forwarder):
         selector: str | None = None,
         ready_timeout: float = 5.0,
         backoff: tuple[float, float] = (1.0, 30.0),
+        keepalive: float = 60.0,
     ) -> None:
         self.kubectl = kubectl
         self.target = target
         self.selector = selector
         self.ready_timeout = ready_timeout
         self.backoff = backoff
+        self.keepalive = keepalive  # seconds between checks of an idle forward
         self.pods: list[Pod] = []
         self.forwards: dict[tuple[str, int], PortForward] = {}
         self._through: dict[tuple[str, int], set[Upstream]] = {}
         self._tcp = DirectForwarder()
 
     async def prepare(self) -> None:
-        """Check kubectl, the context and the namespace, and find the Kafka pods."""
+        """Check kubectl and the context, and find the Kafka pods: with get and list on pods
+        only (the least a forward needs), so a missing namespace shows as one without pods."""
         self.kubectl.check_installed()
         await self.kubectl.current_context()
-        if self.kubectl.namespace:
-            await self.kubectl.get_json("namespace", self.kubectl.namespace)
         if self.selector is None and self.target is not None:
             self.selector = selector_of(await self.kubectl.get_json(self.target))
         self.pods = await self._list()
         if not self.pods:
-            where = self.kubectl.namespace or "the current namespace"
+            where = (f'namespace "{self.kubectl.namespace}"' if self.kubectl.namespace
+                     else "the current namespace")  # fmt: skip
+            if not parse_pods(await self.kubectl.get_json("pods")):
+                raise KubectlError(
+                    f"no pods at all in {where}: does it exist? (`kubectl get namespaces` "
+                    "lists them, if you may); choose the Kafka namespace with --namespace"
+                )
             raise KubectlError(
                 f"no Kafka pods found in {where} (tried {self._selectors()}): name them with "
                 "--target statefulset/NAME, --target svc/NAME or -l SELECTOR, and --namespace"
@@ -70,7 +77,7 @@ class KubectlForwarder(Forwarder):
 
     async def _resolve(self, host: str, port: int) -> str:
         pod = pod_for(host, port, self.pods)
-        if pod is None or not pod.running:
+        if pod is None or pod.why_unusable():
             self.pods = await self._list()  # a restarted or rescheduled pod
             pod = pod_for(host, port, self.pods)
         if pod is None:
@@ -79,10 +86,20 @@ class KubectlForwarder(Forwarder):
                 f"no pod for broker {host}:{port} (pods: {names}); brokers are matched to pods "
                 "by their name's first label or by pod IP"
             )
+        problem = pod.why_unusable()
+        if problem is not None:
+            raise KubectlError(f"{problem}: broker {host}:{port} is unreachable until it is "
+                               f"(`kubectl describe pod {pod.name}` says why)")  # fmt: skip
         return pod.name
 
+    def _key(self, host: str, port: int) -> tuple[str, int]:
+        """One forward per pod and port, however the pod is named: the default bootstrap
+        `kafka-0:9092` and broker `kafka-0.kafka-headless...:9092` share kafka-0's."""
+        pod = pod_for(host, port, self.pods)
+        return (f"pod/{pod.name}", port) if pod is not None else (host, port)
+
     def _forward(self, host: str, port: int) -> PortForward:
-        key = (host, port)
+        key = self._key(host, port)
         forward = self.forwards.get(key)
         if forward is None:
             forward = PortForward(
@@ -91,6 +108,7 @@ class KubectlForwarder(Forwarder):
                 port,
                 on_down=lambda: self._close_through(key),
                 backoff=self.backoff,
+                keepalive=self.keepalive,
             )
             self.forwards[key] = forward
             forward.start()
@@ -125,18 +143,22 @@ class KubectlForwarder(Forwarder):
                         f"back within {self.ready_timeout:g}s: {forward.last_error or 'no error'}"
                     ) from None
                 await asyncio.sleep(0.05)  # it is being restarted: wait for it again
-        through = self._through.setdefault((host, port), set())
+        through = self._through.setdefault(self._key(host, port), set())
         through.add(upstream)
         task = asyncio.get_running_loop().create_task(upstream.wait_closed())
         task.add_done_callback(lambda _: through.discard(upstream))
         return upstream
 
     def restarts(self, host: str, port: int) -> int:
-        forward = self.forwards.get((host, port))
+        forward = self.forwards.get(self._key(host, port))
         return forward.restarts if forward else 0
 
+    def replacements(self, host: str, port: int) -> int:
+        forward = self.forwards.get(self._key(host, port))
+        return forward.replacements if forward else 0
+
     def describe(self, host: str, port: int) -> str:
-        forward = self.forwards.get((host, port))
+        forward = self.forwards.get(self._key(host, port))
         return forward.describe() if forward else f"kubectl (pod of {host})"
 
     async def close(self) -> None:

@@ -21,6 +21,16 @@ class Pod:
     ip: str | None
     ports: tuple[int, ...]
     running: bool
+    phase: str = "Running"
+    ready: bool = True  # its Ready condition: the broker passes its readiness probe
+
+    def why_unusable(self) -> str | None:
+        """None for a pod a forward can reach; else what is wrong, as kubectl shows it."""
+        if not self.running:
+            return f"pod {self.name} is {self.phase}, not Running"
+        if not self.ready:
+            return f"pod {self.name} is Running but not Ready (its broker is starting or failing)"
+        return None
 
 
 def parse_pods(listing: dict[str, Any]) -> list[Pod]:
@@ -33,12 +43,16 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
             if "containerPort" in port
         )
         status = item.get("status", {})
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        phase = status.get("phase") or "Unknown"
         pods.append(
             Pod(
                 name=item["metadata"]["name"],
                 ip=status.get("podIP"),
                 ports=ports,
-                running=status.get("phase") == "Running",
+                running=phase == "Running",
+                phase=phase,
+                ready=conditions.get("Ready", "True") == "True",
             )
         )
     return sorted(pods, key=lambda p: p.name)

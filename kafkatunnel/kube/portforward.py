@@ -1,10 +1,19 @@
 """One supervised `kubectl port-forward pod/<pod> :<port>`.
 
-kubectl exits on any stream error ("lost connection to pod"), never re-picks a pod, and
-idles out after the kubelet's streaming timeout. The supervisor restarts it with capped
-exponential backoff and jitter, re-resolving the pod each time (a restarted StatefulSet pod
-keeps its name, a Deployment pod does not), closes the connections that went through a dead
-forward so clients reconnect, and touches idle forwards so they never time out.
+kubectl exits on some stream errors ("lost connection to pod"), never re-picks a pod, and
+idles out after the kubelet's streaming timeout. The supervisor restarts it (the first time
+at once, then with capped exponential backoff and jitter), re-resolving the pod each time (a
+restarted StatefulSet pod keeps its name, a Deployment pod does not), and closes the
+connections that went through a dead forward so clients reconnect.
+
+Worse are forwards that stay alive and stop working. After the pod behind it restarted,
+kubectl keeps listening while every connection logs "error creating error stream for port
+A -> B: Timeout occured" and fails after 30 s (kubernetes/kubectl#686; the same line after
+many interrupted connections, kubernetes/kubernetes#78446); after the pod is gone, each
+connection logs "an error occurred forwarding A -> B: ... No such container" and is closed
+at once (kubernetes/kubernetes#67059). kubectl has spelt it "occured" and "occurred". Such a
+line, a periodic check while idle, or a wake from sleep, makes the supervisor ask the broker
+for ApiVersions through the forward; no answer within PROBE_TIMEOUT and it is replaced.
 """
 
 from __future__ import annotations
@@ -24,6 +33,12 @@ log = logging.getLogger("kafkatunnel.kube")
 
 FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
 LOST = "lost connection to pod"
+# kubectl's lines for connections that a living forward failed (both spellings).
+TROUBLE = re.compile(
+    r"error creating (?:error|forwarding) stream for port \S+ -> \S+: Timeout occurr?ed"
+    r"|an error occurr?ed forwarding \S+ -> \S+"
+)
+PROBE_TIMEOUT = 5.0  # seconds for the broker to answer ApiVersions through the forward
 
 
 class PortForward:
@@ -53,6 +68,12 @@ class PortForward:
         self.process: asyncio.subprocess.Process | None = None
         self.local_port_was_up = False  # this run of kubectl printed "Forwarding from"
         self.ready_since: float | None = None  # monotonic time the current forward came up
+        self.replacements = 0  # alive but useless forwards replaced
+        self.last_replacement: str | None = None  # why the last one was
+        self._replaced_because: str | None = None
+        self._probing: asyncio.Task[None] | None = None
+        self._trouble = 0  # TROUBLE lines seen from the current kubectl
+        self._troubled = asyncio.Event()  # set by each of them
         self._ready = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -92,7 +113,10 @@ class PortForward:
 
     def describe(self) -> str:
         where = f" -> 127.0.0.1:{self.local_port}" if self.local_port else ""
-        return f"kubectl pod/{self.pod or '?'} :{self.port}{where} ({self.state})"
+        text = f"kubectl pod/{self.pod or '?'} :{self.port}{where} ({self.state})"
+        if self.replacements:
+            text += f" [{self.replacements} replaced; last: {self.last_replacement}]"
+        return text
 
     async def _supervise(self) -> None:
         failures = 0
@@ -111,13 +135,17 @@ class PortForward:
             healthy = self.local_port_was_up and time.monotonic() - started >= self.healthy_after
             failures = 0 if healthy else failures + 1
             low, high = self.backoff
-            delay = min(high, low * 2 ** max(failures - 1, 0)) * random.uniform(0.5, 1.0)
+            # after a forward that worked, at once; backoff from the second try
+            delay = 0.0 if failures == 0 else min(high, low * 2 ** (failures - 1))
+            delay *= random.uniform(0.5, 1.0)
             self.state = f"restarting in {delay:.1f}s"
             self.restarts += 1
             await asyncio.sleep(delay)
 
     async def _run_once(self) -> None:
         self.local_port_was_up = False
+        self._replaced_because = None
+        self._trouble = 0
         self.pod = await self.resolve_pod()
         args = ("port-forward", f"pod/{self.pod}", f":{self.port}")
         self.state = "starting"
@@ -136,6 +164,9 @@ class PortForward:
         finally:
             keepalive.cancel()
         if self._stopping:
+            return
+        if self._replaced_because is not None:
+            self.last_error = f"replaced: {self._replaced_because}"
             return
         if errors and not self.local_port_was_up:
             raise explain("\n".join(errors), args)
@@ -164,6 +195,10 @@ class PortForward:
                 # kubectl exits by itself after this; make sure it does, and promptly.
                 with contextlib.suppress(ProcessLookupError):
                     self.process.kill()
+            elif TROUBLE.search(line):
+                self._trouble += 1
+                self._troubled.set()
+                self.check(f"kubectl said: {line}")
 
     def _down(self) -> None:
         was_ready = self._ready.is_set()
@@ -175,14 +210,61 @@ class PortForward:
             self.on_down()
 
     async def _keep_alive(self) -> None:
-        """Open and close a connection through an idle forward now and then: the kubelet
-        closes port-forward streams that carry nothing for its streaming idle timeout."""
+        """Check an idle forward now and then: it keeps the kubelet's streaming idle timeout
+        from closing it, and finds a forward that stopped working before a client does."""
         while True:
             await asyncio.sleep(self.keepalive)
-            if self.local_port is None:
-                continue
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", self.local_port), 5
-                )
-                writer.close()
+            if self.local_port is not None:
+                self.check("periodic check")
+
+    def check(self, signal: str) -> None:
+        """Probe the forward (once at a time); replace it if the broker does not answer."""
+        if self._probing is not None and not self._probing.done():
+            return
+        if self._replaced_because is not None:
+            return  # being replaced already: its kubectl is not reaped yet
+        if self.local_port is None or self.process is None or self.process.returncode is not None:
+            return
+        self._probing = asyncio.get_running_loop().create_task(self._probe(signal))
+
+    async def _probe(self, signal: str) -> None:
+        port, process, trouble = self.local_port, self.process, self._trouble
+        assert port is not None and process is not None
+        self._troubled.clear()
+        failure = await probe_through(port, PROBE_TIMEOUT)
+        if failure == "closed" and self._trouble == trouble:
+            # kubectl logs a failed connection as it closes it; a broker that only speaks
+            # TLS hangs up on plaintext without a word from kubectl
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._troubled.wait(), 1.0)
+            if self._trouble == trouble:
+                failure = None
+        if failure is None or process is not self.process or process.returncode is not None:
+            return
+        log.warning("port-forward to pod/%s :%d stopped working (%s; %s): replacing it",
+                    self.pod, self.port, failure, signal)  # fmt: skip
+        self._replaced_because = self.last_replacement = f"{failure} after {signal}"
+        self.replacements += 1
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
+
+async def probe_through(port: int, timeout: float) -> str | None:
+    """ApiVersions to 127.0.0.1:port: None when anything answers within `timeout`, else
+    "closed" (the far end hung up first) or what went wrong."""
+    from kafkatunnel.probe import api_versions_request
+
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    except (OSError, TimeoutError) as error:
+        return f"cannot connect to the forward: {error or 'timed out'}"
+    try:
+        writer.write(api_versions_request(0x6B74))
+        data = await asyncio.wait_for(reader.read(4), timeout)
+        return None if data else "closed"
+    except TimeoutError:
+        return f"no answer to ApiVersions within {timeout:g}s"
+    except OSError as error:
+        return f"connection failed: {error}"
+    finally:
+        writer.close()

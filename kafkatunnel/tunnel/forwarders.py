@@ -67,6 +67,10 @@ class Forwarder(ABC):
         """How often the forward to host:port was restarted (forwards that are processes)."""
         return 0
 
+    def replacements(self, host: str, port: int) -> int:
+        """How often a forward to host:port that was alive but useless was replaced."""
+        return 0
+
     def expect(self, host: str, port: int) -> None:  # noqa: B027 - optional hook
         """A broker at host:port exists: get ready to reach it before a client asks."""
 

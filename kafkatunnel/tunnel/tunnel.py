@@ -375,6 +375,10 @@ class Tunnel:
         for e in endpoints:
             restarts = self.forwarder.restarts(e.advertised_host, e.advertised_port)
             lines.append(f"kafkatunnel_forward_restarts_total{{{_labels(e)}}} {restarts}")
+        lines.append("# TYPE kafkatunnel_forward_replacements_total counter")
+        for e in endpoints:
+            replaced = self.forwarder.replacements(e.advertised_host, e.advertised_port)
+            lines.append(f"kafkatunnel_forward_replacements_total{{{_labels(e)}}} {replaced}")
         lines.append("# TYPE kafkatunnel_coordinator_errors_total counter")
         for e in endpoints:
             for code in COORDINATOR_ERRORS:

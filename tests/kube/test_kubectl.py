@@ -4,6 +4,7 @@ coordinator reachable, forwards that die come back, and kubectl's failures expla
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -195,6 +196,51 @@ def test_forwards_survive_twenty_kills(
         assert sorted(result.values) == sorted(run.log.values), (group, len(result.values))
 
 
+@pytest.mark.parametrize("mode", ["gone", "timeout"])
+def test_a_forward_alive_but_useless_is_replaced(
+    cluster: LocalCluster, world: World, mode: str
+) -> None:
+    """kubectl keeps running and fails every connection: at once with "No such container"
+    (kubernetes#67059: found when a client's connection fails), or after 30 s with "Timeout
+    occured" (kubectl#686: found by the periodic check while idle, before any client)."""
+    tunnel = _tunnel(cluster, keepalive=60.0 if mode == "gone" else 1.0)
+    try:
+        wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
+        topic = f"zombie-{uuid.uuid4().hex[:6]}"
+        leaders = set(cluster.partition_leaders(topic).values())  # the producer meets these
+        index = next(i for i, b in enumerate(cluster.mock) if b.node_id in leaders)
+        pod = f"kafka-{index}"
+        forward = _forward(tunnel, pod)
+        assert forward.process is not None
+        pid = forward.process.pid
+        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
+        Path(f"{world_path}.zombie-{pod}").write_text(mode)
+        if mode == "gone":  # a client meets it first
+            assert produce(tunnel.bootstrap_servers, topic, 30) == 30
+        wait_for(_restarted(forward, pid), timeout=20, what="the useless forward to be replaced")
+        assert forward.replacements == 1 and forward.process is not None
+        assert forward.process.returncode is None  # the new kubectl runs, the old is gone
+        expected = "kubectl said: " if mode == "gone" else "no answer to ApiVersions within 5s"
+        assert expected in (forward.last_replacement or ""), forward.last_replacement
+        routes = [e["route"] for e in tunnel.status()["endpoints"]]
+        assert any(f"pod/{pod} " in r and "[1 replaced; last: " in r for r in routes), routes
+        assert produce(tunnel.bootstrap_servers, f"{topic}-after", 30) == 30
+        group = next(iter(cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()))[0]
+        assert consume_group(tunnel.bootstrap_servers, group, f"{topic}-after", 30,
+                             timeout=60).consumed == 30  # fmt: skip
+        metrics = tunnel.tunnel.metrics()
+        node = cluster.mock[index].node_id
+        assert f'kafkatunnel_forward_replacements_total{{node="{node}",' in metrics
+        replaced = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith(f'kafkatunnel_forward_replacements_total{{node="{node}"')
+        ]
+        assert replaced and replaced[0].endswith(" 1"), replaced  # fmt: skip
+    finally:
+        tunnel.stop()
+
+
 def _log_size(bootstrap: str, topic: str) -> int:
     import confluent_kafka
 
@@ -269,7 +315,55 @@ def test_up_exits_when_port_forwarding_is_forbidden(world: World) -> None:
 
 
 def test_namespace_not_found(world: World) -> None:
-    _says(_up("-n", "kafak"), 'namespace "kafak" not found', "--namespace")
+    """Told from the pod listing (an empty list, as for a namespace that does not exist):
+    `up` needs no right to get namespaces."""
+    _says(_up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
+
+
+def test_the_least_privilege_the_docs_list_is_enough(
+    cluster: LocalCluster, world: World, tmp_path: Path
+) -> None:
+    """get/list pods and create pods/portforward, nothing else (no namespaces): up serves."""
+    from kafkatunnel.localcluster.processes import ManagedProcess
+
+    world(forbidden=["get namespaces", "list namespaces"], user="jane")
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "kafka",
+         "--kafka-port", str(cluster.mock[0].port), "--listen",
+         f"127.0.0.1:{free_port_run(8)}", "--no-table"],
+        name="kafkatunnel-up", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        up.wait_for_line(r"^broker 3: ", timeout=30)
+    finally:
+        up.stop()
+
+
+@pytest.mark.parametrize(
+    ("pod", "said"),
+    [({"phase": "Pending", "ip": None}, "pod kafka-1 is Pending, not Running"),
+     ({"ready": False}, "pod kafka-1 is Running but not Ready")],
+    ids=["pending", "not-ready"],
+)  # fmt: skip
+def test_a_pod_that_cannot_serve_is_named_as_such(
+    cluster: LocalCluster, world: World, pod: dict[str, object], said: str
+) -> None:
+    path = world()
+    state = json.loads(path.read_text())
+    state["namespaces"]["kafka"]["pods"][1].update(pod)
+    path.write_text(json.dumps(state))
+    broker = cluster.mock[1]
+
+    async def open_it() -> None:
+        forwarder = KubectlForwarder(Kubectl(namespace="kafka"), ready_timeout=3)
+        await forwarder.prepare()
+        try:
+            await forwarder.open("kafka-1.kafka-headless", broker.port)
+        finally:
+            await forwarder.close()
+
+    with pytest.raises(ForwarderError, match=said):
+        asyncio.run(open_it())
 
 
 def test_target_not_found(world: World) -> None:
@@ -278,7 +372,14 @@ def test_target_not_found(world: World) -> None:
 
 
 def test_no_kafka_pods(world: World) -> None:
-    _says(_up("-n", "default"), "no Kafka pods found in default", "--target statefulset/NAME")
+    path = world()
+    state = json.loads(path.read_text())
+    state["namespaces"]["default"]["pods"] = [
+        {"name": "web-0", "ip": "127.0.0.1", "ports": [8080], "labels": {"app": "web"}}
+    ]
+    path.write_text(json.dumps(state))
+    _says(_up("-n", "default"), 'no Kafka pods found in namespace "default"',
+          "--target statefulset/NAME")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -309,17 +410,21 @@ def test_ways_to_name_the_brokers(world: World, options: dict[str, str], selecto
     assert forwarder.default_bootstrap(9092) == "kafka-0:9092"
 
 
+@pytest.mark.parametrize("bootstrap", ["given", "default"])
 def test_a_killed_tunnel_leaves_no_port_forward_behind(
-    cluster: LocalCluster, world: World, tmp_path: Path
+    cluster: LocalCluster, world: World, tmp_path: Path, bootstrap: str
 ) -> None:
+    """One port-forward per broker, the bootstrap's included: the default bootstrap
+    (kafka-0:PORT, the first pod) shares its broker's forward instead of running its own."""
     from kafkatunnel.localcluster.processes import ManagedProcess
     from kafkatunnel.pids import pid_alive
 
+    where = (["--bootstrap", cluster.mock[0].address] if bootstrap == "given"
+             else ["--kafka-port", str(cluster.mock[0].port)])  # fmt: skip
     up = ManagedProcess(
         [
             sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "kafka",
-            "--bootstrap", cluster.mock[0].address, "--listen", f"127.0.0.1:{free_port_run(8)}",
-            "--no-table",
+            *where, "--listen", f"127.0.0.1:{free_port_run(8)}", "--no-table",
         ],
         name="kafkatunnel-up",
         env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
