@@ -1,8 +1,18 @@
-"""`--via kubectl`: one supervised port-forward per broker, found through the pods."""
+"""`--via kubectl`: one supervised port-forward per broker, found through the pods.
+
+A laptop that slept leaves every forward's connection to the API server dead while kubectl
+keeps running (docker/cli#2436). The clock shows it: CLOCK_BOOTTIME counts the time asleep,
+CLOCK_MONOTONIC does not (elsewhere, the wall clock jumps against the monotonic one). When
+the gap between them grows, every forward is probed at once and the dead ones replaced.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
 
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
@@ -13,6 +23,17 @@ from kafkatunnel.tunnel.forwarders import (
     ForwarderError,
     Upstream,
 )
+
+log = logging.getLogger("kafkatunnel.kube")
+
+WAKE_THRESHOLD = 5.0  # seconds the clocks must drift apart to count as a sleep
+
+
+def suspended_time() -> float:
+    """Seconds this machine has been asleep so far (or its wall clock stepped)."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()
+    return time.time() - time.monotonic()
 
 
 class KubectlForwarder(Forwarder):
@@ -27,6 +48,7 @@ class KubectlForwarder(Forwarder):
         ready_timeout: float = 5.0,
         backoff: tuple[float, float] = (1.0, 30.0),
         keepalive: float = 60.0,
+        sleep_check: float = 1.0,
     ) -> None:
         self.kubectl = kubectl
         self.target = target
@@ -34,6 +56,9 @@ class KubectlForwarder(Forwarder):
         self.ready_timeout = ready_timeout
         self.backoff = backoff
         self.keepalive = keepalive  # seconds between checks of an idle forward
+        self.sleep_check = sleep_check  # seconds between looks at the clocks
+        self.asleep: Callable[[], float] = suspended_time
+        self._sleep_watch: asyncio.Task[None] | None = None
         self.pods: list[Pod] = []
         self.forwards: dict[tuple[str, int], PortForward] = {}
         self._through: dict[tuple[str, int], set[Upstream]] = {}
@@ -44,6 +69,8 @@ class KubectlForwarder(Forwarder):
         only (the least a forward needs), so a missing namespace shows as one without pods."""
         self.kubectl.check_installed()
         await self.kubectl.current_context()
+        if self._sleep_watch is None:
+            self._sleep_watch = asyncio.get_running_loop().create_task(self._watch_sleep())
         if self.selector is None and self.target is not None:
             self.selector = selector_of(await self.kubectl.get_json(self.target))
         self.pods = await self._list()
@@ -161,5 +188,20 @@ class KubectlForwarder(Forwarder):
         forward = self.forwards.get(self._key(host, port))
         return forward.describe() if forward else f"kubectl (pod of {host})"
 
+    async def _watch_sleep(self) -> None:
+        before = self.asleep()
+        while True:
+            await asyncio.sleep(self.sleep_check)
+            now = self.asleep()
+            if now - before > WAKE_THRESHOLD:
+                log.info("woke after %.0fs asleep: checking every port-forward", now - before)
+                for forward in self.forwards.values():
+                    forward.check("waking from sleep")
+            before = now
+
     async def close(self) -> None:
+        if self._sleep_watch is not None:
+            self._sleep_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sleep_watch
         await asyncio.gather(*(f.stop() for f in self.forwards.values()))

@@ -241,6 +241,33 @@ def test_a_forward_alive_but_useless_is_replaced(
         tunnel.stop()
 
 
+def test_waking_from_sleep_checks_every_forward_at_once(
+    cluster: LocalCluster, world: World
+) -> None:
+    """The machine cannot sleep in a test, so its clock is told it did (CLOCK_BOOTTIME
+    ahead of CLOCK_MONOTONIC by an hour): the forward that died meanwhile (kubectl alive,
+    every connection timing out) is replaced at once, the others are left alone."""
+    tunnel = _tunnel(cluster, keepalive=3600.0, sleep_check=0.2)
+    try:
+        wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
+        forwarder = tunnel.tunnel.forwarder
+        assert isinstance(forwarder, KubectlForwarder)
+        slept = [0.0]
+        forwarder.asleep = lambda: slept[0]
+        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
+        Path(f"{world_path}.zombie-kafka-2").write_text("timeout")
+        dead = _forward(tunnel, "kafka-2")
+        assert dead.process is not None
+        pid = dead.process.pid
+        slept[0] = 3600.0  # the lid opens
+        wait_for(_restarted(dead, pid), timeout=15, what="the dead forward to be replaced")
+        assert "waking from sleep" in (dead.last_replacement or ""), dead.last_replacement
+        assert [_forward(tunnel, p).replacements for p in ("kafka-0", "kafka-1")] == [0, 0]
+        assert produce(tunnel.bootstrap_servers, f"woke-{uuid.uuid4().hex[:6]}", 20) == 20
+    finally:
+        tunnel.stop()
+
+
 def _log_size(bootstrap: str, topic: str) -> int:
     import confluent_kafka
 
