@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -56,8 +57,10 @@ def up(
         help="The advertised HOST:PORT of any broker, as the cluster names it "
         "(with --via kubectl: the first Kafka pod, by default).",
     ),
-    via: str = typer.Option(
-        "exec", metavar="exec|direct|kubectl", help="How to reach brokers: exec, direct or kubectl."
+    via: str | None = typer.Option(
+        None,
+        metavar="kubectl|exec|direct",
+        help="How to reach brokers (default: exec with --exec, direct with --map, else kubectl).",
     ),
     exec_template: str | None = typer.Option(
         None,
@@ -164,6 +167,7 @@ def up(
         return
     if bootstrap is not None:
         check_bootstrap(bootstrap)
+    via = via or default_via(exec_template, mapping)
     kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
     forwarder = build_forwarder(via, exec_template, mapping, kube)
     bootstrap = bootstrap or (kube.default_bootstrap(forwarder) if via == "kubectl" else None)
@@ -208,6 +212,21 @@ class KubeOptions:
             error(str(cause))
             raise typer.Exit(2) from None
         return forwarder.default_bootstrap(self.kafka_port)
+
+
+def default_via(exec_template: str | None, mappings: list[str]) -> str:
+    """exec with --exec, direct with --map, otherwise kubectl, when it is installed."""
+    if exec_template:
+        return "exec"
+    if mappings:
+        return "direct"
+    if shutil.which("kubectl"):
+        return "kubectl"
+    raise typer.BadParameter(
+        "kubectl is not installed, so say how to reach the brokers: --exec COMMAND (ssh, a "
+        "pod with socat) or --via direct --map ADVERTISED=REACHABLE",
+        param_hint="--via",
+    )
 
 
 def build_forwarder(

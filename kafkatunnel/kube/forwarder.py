@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -69,11 +70,20 @@ class KubectlForwarder(Forwarder):
         only (the least a forward needs), so a missing namespace shows as one without pods."""
         self.kubectl.check_installed()
         await self.kubectl.current_context()
-        if self._sleep_watch is None:
-            self._sleep_watch = asyncio.get_running_loop().create_task(self._watch_sleep())
         if self.selector is None and self.target is not None:
             self.selector = selector_of(await self.kubectl.get_json(self.target))
         self.pods = await self._list()
+        if not self.pods and not self.kubectl.namespace and self.target is None:
+            namespace = await self._namespace_with_brokers()
+            if namespace is not None:
+                log.warning(
+                    "no Kafka brokers in the current namespace: using namespace %s, "
+                    "the one that has them (say so: -n %s)",
+                    namespace,
+                    namespace,
+                )
+                self.kubectl = dataclasses.replace(self.kubectl, namespace=namespace)
+                self.pods = await self._list()
         if not self.pods:
             where = (f'namespace "{self.kubectl.namespace}"' if self.kubectl.namespace
                      else "the current namespace")  # fmt: skip
@@ -91,12 +101,39 @@ class KubectlForwarder(Forwarder):
         return (self.selector,) if self.selector else DEFAULT_SELECTORS
 
     async def _list(self) -> list[Pod]:
+        """The broker pods (never ZooKeeper, operator or controller-only pods)."""
         for selector in self._selectors():
-            pods = parse_pods(await self.kubectl.get_json("pods", "-l", selector))
+            listing = await self.kubectl.get_json("pods", "-l", selector)
+            pods = [pod for pod in parse_pods(listing) if pod.is_broker()]
             if pods:
                 self.selector = selector
                 return pods
         return []
+
+    async def _namespace_with_brokers(self) -> str | None:
+        """The one namespace whose pods are Kafka brokers, asking across namespaces (None
+        when nobody has them or the user may not list pods cluster-wide); several: say
+        which, and ask for --namespace."""
+        found: dict[str, list[str]] = {}
+        for selector in self._selectors():
+            try:
+                listing = await self.kubectl.get_json("pods", "--all-namespaces", "-l", selector)
+            except KubectlError:
+                return None
+            for pod in parse_pods(listing):
+                if pod.is_broker() and pod.namespace:
+                    found.setdefault(pod.namespace, []).append(pod.name)
+            if found:
+                break
+        if len(found) > 1:
+            each = "; ".join(
+                f"{ns}: {', '.join(sorted(pods))}" for ns, pods in sorted(found.items())
+            )
+            raise KubectlError(
+                f"Kafka brokers run in {len(found)} namespaces ({each}): choose one with "
+                "--namespace NAME"
+            )
+        return next(iter(found), None)
 
     def default_bootstrap(self, port: int) -> str:
         """The first pod (by name) on `port`: a bootstrap when no --bootstrap was given."""
@@ -128,6 +165,8 @@ class KubectlForwarder(Forwarder):
     def _forward(self, host: str, port: int) -> PortForward:
         key = self._key(host, port)
         forward = self.forwards.get(key)
+        if self._sleep_watch is None:  # from the first forward on
+            self._sleep_watch = asyncio.get_running_loop().create_task(self._watch_sleep())
         if forward is None:
             forward = PortForward(
                 self.kubectl,

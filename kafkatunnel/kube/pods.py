@@ -1,6 +1,12 @@
-"""Which pod a broker lives in: by the first label of its advertised name (`kafka-0` of
-`kafka-0.kafka-headless...`), or by pod IP (and container port) for brokers that advertise
-IP addresses."""
+"""Which pods are Kafka brokers, and which pod a broker lives in: by the first label of its
+advertised name (`kafka-0` of `kafka-0.kafka-headless...`), or by pod IP (and container
+port) for brokers that advertise IP addresses.
+
+The common distributions label their pods differently, and run pods that are not brokers
+under the same labels: Strimzi's ZooKeeper, entity operator and, with KRaft node pools,
+controller-only pods (`strimzi.io/broker-role=false`); Bitnami's controller-only
+`kafka-controller-N` (`KAFKA_CFG_PROCESS_ROLES=controller`); Confluent for Kubernetes'
+KRaft controllers (`platform.confluent.io/type=kraftcontroller`). Those are never brokers."""
 
 from __future__ import annotations
 
@@ -9,10 +15,12 @@ from typing import Any
 
 # Pod labels of the common Kafka distributions, tried in order when no target is given.
 DEFAULT_SELECTORS = (
-    "app.kubernetes.io/name=kafka",  # Bitnami chart, and most charts
-    "strimzi.io/kind=Kafka",  # Strimzi (broker and controller pods)
+    "app.kubernetes.io/name=kafka",  # Bitnami chart, Strimzi's Kafka pods, most charts
+    "strimzi.io/kind=Kafka",  # Strimzi (all of a Kafka resource's pods)
+    "platform.confluent.io/type=kafka",  # Confluent for Kubernetes
     "app=kafka",
 )
+ROLE_VARIABLES = ("KAFKA_CFG_PROCESS_ROLES", "KAFKA_PROCESS_ROLES")  # Bitnami, Apache images
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,21 @@ class Pod:
     running: bool
     phase: str = "Running"
     ready: bool = True  # its Ready condition: the broker passes its readiness probe
+    namespace: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    roles: str | None = None  # process.roles from its environment, when it says
+
+    def is_broker(self) -> bool:
+        """Not a ZooKeeper, operator or controller-only pod that shares the labels."""
+        labels = dict(self.labels)
+        role = labels.get("strimzi.io/broker-role")
+        if role is not None:  # Strimzi with KRaft node pools
+            return role == "true"
+        if "strimzi.io/kind" in labels:  # Strimzi with ZooKeeper: <cluster>-kafka-N only
+            return labels.get("strimzi.io/name", "").endswith("-kafka")
+        if labels.get("platform.confluent.io/type") == "kraftcontroller":
+            return False
+        return self.roles is None or "broker" in self.roles.split(",")
 
     def why_unusable(self) -> str | None:
         """None for a pod a forward can reach; else what is wrong, as kubectl shows it."""
@@ -42,17 +65,27 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
             for port in container.get("ports", []) or []
             if "containerPort" in port
         )
+        env = {
+            e.get("name"): e.get("value")
+            for container in item.get("spec", {}).get("containers", [])
+            for e in container.get("env", []) or []
+        }
+        roles = next((env[v] for v in ROLE_VARIABLES if env.get(v)), None)
+        metadata = item["metadata"]
         status = item.get("status", {})
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         phase = status.get("phase") or "Unknown"
         pods.append(
             Pod(
-                name=item["metadata"]["name"],
+                name=metadata["name"],
                 ip=status.get("podIP"),
                 ports=ports,
                 running=phase == "Running",
                 phase=phase,
                 ready=conditions.get("Ready", "True") == "True",
+                namespace=metadata.get("namespace"),
+                labels=tuple(sorted((metadata.get("labels") or {}).items())),
+                roles=roles,
             )
         )
     return sorted(pods, key=lambda p: p.name)

@@ -87,10 +87,11 @@ class PortForward:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             await self.process.wait()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._probing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def wait_ready(self, timeout: float) -> int:
         """The local port of a working forward; waits up to `timeout` for one.
