@@ -65,7 +65,10 @@ kt_resolved_for_tests() {
   fi
   kt_log "unpacking systemd-resolved (for the tests) into $target"
   work="$(mktemp -d)" && chmod 755 "$work"
-  (cd "$work" && apt-get download -q systemd-resolved >/dev/null)
+  if ! (cd "$work" && apt-get download -q systemd-resolved >/dev/null 2>&1); then
+    kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq  # no package lists yet
+    (cd "$work" && apt-get download -q systemd-resolved >/dev/null)
+  fi
   mkdir -p "$target"
   dpkg -x "$work"/systemd-resolved_*.deb "$target"
   rm -rf "$work"
