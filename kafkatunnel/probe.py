@@ -70,8 +70,12 @@ def encode_request(payload: Any, correlation_id: int, client_id: str = "kafkatun
     return frame(out.getvalue())
 
 
-def api_versions_request(correlation_id: int) -> bytes:
-    """ApiVersions v0: the one request every broker answers, before any authentication."""
+PROBE_CORRELATION_ID = 0x6B74  # "kt": a health check's one request
+
+
+def api_versions_request(correlation_id: int = PROBE_CORRELATION_ID) -> bytes:
+    """ApiVersions v0: the one request every broker answers, before any authentication
+    (what `up`'s start check and the port-forward probe ask)."""
     return encode_request(load_request_schema(API_VERSIONS, 0)(), correlation_id)
 
 

@@ -260,7 +260,7 @@ async def probe_through(port: int, timeout: float) -> str | None:
     except (OSError, TimeoutError) as error:
         return f"cannot connect to the forward: {error or 'timed out'}"
     try:
-        writer.write(api_versions_request(0x6B74))
+        writer.write(api_versions_request())
         data = await asyncio.wait_for(reader.read(4), timeout)
         return None if data else "closed"
     except TimeoutError:

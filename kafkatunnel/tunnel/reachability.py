@@ -21,7 +21,6 @@ from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.relay import read_some, write_all
 
 RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
-CORRELATION_ID = 0x6B74  # "kt"
 
 
 class Unreachable(Exception):
@@ -70,7 +69,7 @@ async def _ask(forwarder: Forwarder, host: str, port: int, tls_possible: bool) -
 
 async def _answered(upstream: Upstream, tls_possible: bool) -> None:
     try:
-        await write_all(upstream.write_fd, api_versions_request(CORRELATION_ID))
+        await write_all(upstream.write_fd, api_versions_request())
     except OSError as error:  # a process that exited at once: its status says why
         raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
     decoder = FrameDecoder(max_frame_size=1 << 20)
