@@ -26,6 +26,28 @@ def kubeconfig_option() -> Any:
     return typer.Option(None, metavar="FILE", help="--via kubectl: the kubeconfig file.")
 
 
+def target_option() -> Any:
+    return typer.Option(
+        None,
+        metavar="KIND/NAME",
+        help="--via kubectl: statefulset/NAME or svc/NAME whose pods are the brokers.",
+    )
+
+
+def selector_option() -> Any:
+    return typer.Option(
+        None,
+        "--selector",
+        "-l",
+        metavar="LABELS",
+        help="--via kubectl: a label selector for the broker pods.",
+    )
+
+
+def kafka_port_option() -> Any:
+    return typer.Option(9092, metavar="PORT", help="--via kubectl without --bootstrap: the port.")
+
+
 def port_option() -> Any:
     return typer.Option(None, metavar="PORT", help="The tunnel whose bootstrap port this is.")
 

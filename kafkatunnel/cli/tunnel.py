@@ -22,9 +22,12 @@ from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
 from kafkatunnel.cli.options import (
     context_option,
     json_option,
+    kafka_port_option,
     kubeconfig_option,
     namespace_option,
     port_option,
+    selector_option,
+    target_option,
 )
 from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.dns.resolver import METHODS, ResolverError
@@ -125,21 +128,9 @@ def up(
     context: str | None = context_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
-    target: str | None = typer.Option(
-        None,
-        metavar="KIND/NAME",
-        help="--via kubectl: statefulset/NAME or svc/NAME whose pods are the brokers.",
-    ),
-    selector: str | None = typer.Option(
-        None,
-        "--selector",
-        "-l",
-        metavar="LABELS",
-        help="--via kubectl: a label selector for the broker pods.",
-    ),
-    kafka_port: int = typer.Option(
-        9092, metavar="PORT", help="--via kubectl without --bootstrap: the port."
-    ),
+    target: str | None = target_option(),
+    selector: str | None = selector_option(),
+    kafka_port: int = kafka_port_option(),
     record: str | None = typer.Option(
         None,
         metavar="DIR",
@@ -404,10 +395,14 @@ def run_up(
     try:
         run(_serve(console, Tunnel(config, forwarder), table, dns))
     except Unreachable as cause:
-        error(
-            f"the bootstrap broker {bootstrap} did not answer within {start_timeout:g}s: {cause}",
-            _unreachable_fix(forwarder),
-        )
+        if cause.refused:  # the cause names the missing right and who can grant it
+            error(f"cannot reach the bootstrap broker {bootstrap}: {cause}")
+        else:
+            error(
+                f"the bootstrap broker {bootstrap} did not answer within {start_timeout:g}s: "
+                f"{cause}",
+                _unreachable_fix(forwarder),
+            )
         raise typer.Exit(2) from None
     except (PortInUse, OSError, KubectlError) as cause:
         error(str(cause))

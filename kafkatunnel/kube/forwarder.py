@@ -199,6 +199,8 @@ class KubectlForwarder(Forwarder):
                 local = await forward.wait_ready(max(deadline - loop.time(), 0.0))
             except TimeoutError as error:
                 raise ForwarderError(str(error)) from None
+            except KubectlError as error:
+                raise ForwarderError(str(error), permanent=error.permanent) from None
             try:
                 upstream = await self._tcp.open("127.0.0.1", local)
                 break

@@ -12,7 +12,13 @@ from typing import Any
 
 
 class KubectlError(RuntimeError):
-    """kubectl could not do what the tunnel needs; the message names the cause and the fix."""
+    """kubectl could not do what the tunnel needs; the message names the cause and the fix.
+
+    `permanent`: trying again cannot help (RBAC said no), so nobody should wait for it."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 FORBIDDEN = re.compile(
@@ -112,7 +118,8 @@ def explain(stderr: str, args: tuple[str, ...] | list[str]) -> KubectlError:
         return KubectlError(
             f'RBAC forbids {verb} {resource}{where} for user "{forbidden["user"]}": the tunnel '
             f"needs get/list pods and create pods/portforward; ask your cluster admin for a Role "
-            f"granting `{verb}` on `{resource}` (kubectl auth can-i {verb} {resource})"
+            f"granting `{verb}` on `{resource}` (kubectl auth can-i {verb} {resource})",
+            permanent=True,
         )
     missing = NOT_FOUND.search(text)
     if missing:

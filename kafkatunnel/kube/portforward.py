@@ -75,6 +75,7 @@ class PortForward:
         self._trouble = 0  # TROUBLE lines seen from the current kubectl
         self._troubled = asyncio.Event()  # set by each of them
         self._ready = asyncio.Event()
+        self._refused = asyncio.Event()  # the last start was refused for good (RBAC)
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
@@ -97,18 +98,29 @@ class PortForward:
         """The local port of a working forward; waits up to `timeout` for one.
 
         The forward can die between the wake-up and the read: then wait again, in the
-        same deadline, rather than hand out a port that is gone."""
+        same deadline, rather than hand out a port that is gone. A start that RBAC refused
+        raises its KubectlError at once: waiting would not change the answer."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
+            if self._refused.is_set() and self.last_error is not None:
+                raise KubectlError(self.last_error, permanent=True)
             left = deadline - asyncio.get_running_loop().time()
+            ready = asyncio.ensure_future(self._ready.wait())
+            refused = asyncio.ensure_future(self._refused.wait())
             try:
-                await asyncio.wait_for(self._ready.wait(), max(left, 0))
-            except TimeoutError:
+                await asyncio.wait((ready, refused), timeout=max(left, 0),
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finally:
+                ready.cancel()
+                refused.cancel()
+            if self._refused.is_set():
+                continue
+            if not self._ready.is_set():
                 why = f": {self.last_error}" if self.last_error else ""
                 raise TimeoutError(
                     f"kubectl port-forward to pod/{self.pod or '?'} :{self.port} not ready "
                     f"within {timeout:g}s ({self.state}){why}"
-                ) from None
+                )
             if self.local_port is not None:
                 return self.local_port
 
@@ -127,6 +139,8 @@ class PortForward:
                 await self._run_once()
             except KubectlError as error:
                 self.last_error = str(error)
+                if error.permanent:
+                    self._refused.set()
                 log.error("%s", error)
             except OSError as error:
                 self.last_error = f"cannot run kubectl: {error}"
@@ -183,6 +197,7 @@ class PortForward:
                 self.ready_since = time.monotonic()
                 self.state = "ready"
                 self.last_error = None
+                self._refused.clear()
                 self._ready.set()
 
     async def _read_stderr(self, errors: list[str]) -> None:

@@ -24,7 +24,13 @@ from kafkatunnel.probe import split_address
 
 
 class ForwarderError(Exception):
-    """The forwarder could not open a stream; the message says why and what to do."""
+    """The forwarder could not open a stream; the message says why and what to do.
+
+    `permanent`: asking again will not help (a refusal by RBAC, not a forward restarting)."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class Upstream(ABC):

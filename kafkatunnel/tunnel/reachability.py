@@ -24,7 +24,13 @@ RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a mom
 
 
 class Unreachable(Exception):
-    """The bootstrap broker did not answer in time; the message is the last cause seen."""
+    """The bootstrap broker did not answer in time; the message is the last cause seen.
+
+    `refused`: the forwarder was refused for good (RBAC), so no time was spent waiting."""
+
+    def __init__(self, cause: str, *, refused: bool = False) -> None:
+        super().__init__(cause)
+        self.refused = refused
 
 
 async def reach(
@@ -51,7 +57,11 @@ async def reach(
         except TimeoutError:
             cause = cause if attempts > 1 else f"no answer within {timeout:g}s"
             raise Unreachable(cause) from None
-        except (ForwarderError, ConnectionError, OSError, ProtocolError) as error:
+        except ForwarderError as error:
+            if error.permanent:
+                raise Unreachable(str(error), refused=True) from None
+            cause = str(error)
+        except (ConnectionError, OSError, ProtocolError) as error:
             cause = str(error) or type(error).__name__
         if on_retry is not None and attempts == 1:
             on_retry(cause)
