@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
@@ -64,7 +65,19 @@ def dns_server_resolve(server: str) -> Resolve:
     return resolve
 
 
-def check_kubectl(kubectl: Kubectl) -> list[Result]:
+@dataclass
+class StartCheck:
+    """What `up --via kubectl` would do at start, tried without starting it: find the broker
+    pods (the same namespace choice), then ask the bootstrap broker for ApiVersions through
+    a port-forward. Doctor passes if and only if `up` can start."""
+
+    forwarder: KubectlForwarder
+    kafka_port: int = 9092
+    bootstrap: str | None = None  # the advertised HOST:PORT; default: the first broker pod's
+    timeout: float = 15.0
+
+
+def check_kubectl(kubectl: Kubectl, start: StartCheck | None = None) -> list[Result]:
     try:
         path = kubectl.check_installed()
     except KubectlError as error:
@@ -76,6 +89,31 @@ def check_kubectl(kubectl: Kubectl) -> list[Result]:
         out.append(Result("kubectl context", FAIL, "no usable context", str(error)))
         return out
     out.append(Result("kubectl context", PASS, context))
+    found = False
+    if start is not None:
+        found = _find_brokers(start, out)
+        kubectl = start.forwarder.kubectl  # in the namespace up would use
+    out += _check_rbac(kubectl)
+    if start is not None and found:
+        out.append(_check_forward(start, rbac_ok=all(r.status == PASS for r in out)))
+    return out
+
+
+def _find_brokers(start: StartCheck, out: list[Result]) -> bool:
+    try:
+        asyncio.run(start.forwarder.prepare())
+    except KubectlError as error:
+        out.append(Result("Kafka broker pods", FAIL, str(error).split(":")[0], str(error)))
+        return False
+    kubectl = start.forwarder.kubectl
+    where = f"namespace {kubectl.namespace}" if kubectl.namespace else "the current namespace"
+    names = ", ".join(pod.name for pod in start.forwarder.pods)
+    out.append(Result("Kafka broker pods", PASS, f"{names} in {where}"))
+    return True
+
+
+def _check_rbac(kubectl: Kubectl) -> list[Result]:
+    out = []
     where = f" in namespace {kubectl.namespace}" if kubectl.namespace else ""
     for verb, resource in RBAC_VERBS:
         name = f"RBAC: {verb} {resource}"
@@ -93,6 +131,30 @@ def check_kubectl(kubectl: Kubectl) -> list[Result]:
                 f"(check: kubectl auth can-i {verb} {resource})",
             ))  # fmt: skip
     return out
+
+
+def _check_forward(start: StartCheck, rbac_ok: bool) -> Result:
+    """The bootstrap broker through a port-forward, as `up` asks it before serving."""
+    from kafkatunnel.tunnel.reachability import Unreachable, reach
+
+    bootstrap = start.bootstrap or start.forwarder.default_bootstrap(start.kafka_port)
+    check = "port-forward to the bootstrap"
+    if not rbac_ok:
+        return Result(check, SKIP, f"{bootstrap}: not tried, see the checks above")
+    host, port = split_address(bootstrap)
+
+    async def ask() -> None:
+        try:
+            await reach(start.forwarder, host, port, start.timeout)
+        finally:
+            await start.forwarder.close()
+
+    try:
+        asyncio.run(ask())
+    except Unreachable as cause:
+        fix = "check that the broker pods run (`kubectl get pods`) and --bootstrap"
+        return Result(check, FAIL, f"{bootstrap}: {cause}", "" if cause.refused else fix)
+    return Result(check, PASS, f"{bootstrap} answers ApiVersions through kubectl port-forward")
 
 
 def check_names(subject: Subject, resolve: Resolve) -> list[Result]:
@@ -188,17 +250,26 @@ def smoke_group(bootstrap: str, node: int, timeout: float = 10.0) -> Result:
     return Result(check, PASS, f"FindCoordinator + JoinGroup for {group} at {coordinator.address}")
 
 
-def run_checks(subject: Subject, resolve: Resolve = system_resolve) -> list[Result]:
+def run_checks(
+    subject: Subject, resolve: Resolve = system_resolve, start: StartCheck | None = None
+) -> list[Result]:
+    """All checks; with `start` (no tunnel running yet), whether `up` can start instead of
+    the checks that need a running tunnel."""
     results: list[Result] = []
     if subject.kubectl is not None:
-        results += check_kubectl(subject.kubectl)
+        results += check_kubectl(subject.kubectl, start)
     else:
         results.append(Result("kubectl", SKIP, "not used (the tunnel goes --via exec or direct)"))
-    results += check_names(subject, resolve)
     if subject.bootstrap is None:
+        if start is not None:
+            results.append(Result("tunnel running", SKIP, "none: the checks above are what "
+                                  "`kafkatunnel up` needs to start; with it up, doctor also "
+                                  "checks names, brokers and groups"))  # fmt: skip
+            return results
         fix = "start one with `kafkatunnel up ...`, or name it with --bootstrap"
         results.append(Result("tunnel running", FAIL, "no running tunnel found", fix))
         return results
+    results += check_names(subject, resolve)
     broker_results, reachable = check_brokers(subject.bootstrap)
     results += broker_results
     with ThreadPoolExecutor(max_workers=max(len(reachable), 1)) as pool:

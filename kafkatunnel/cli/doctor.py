@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 
 import typer
@@ -13,19 +14,25 @@ from rich.table import Table
 from kafkatunnel.cli.options import (
     context_option,
     json_option,
+    kafka_port_option,
     kubeconfig_option,
     namespace_option,
     port_option,
+    selector_option,
+    target_option,
 )
 from kafkatunnel.cli.output import make_console
+from kafkatunnel.cli.tunnel import KubeOptions
 from kafkatunnel.doctor import (
     FAIL,
+    StartCheck,
     Subject,
     dns_server_resolve,
     run_checks,
     subject_from_status,
     system_resolve,
 )
+from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel.control import fetch, running_tunnels
@@ -43,11 +50,15 @@ def doctor(
     via: str | None = typer.Option(
         None,
         metavar="kubectl",
-        help="kubectl: also check kubectl, its context and RBAC (default: as the tunnel).",
+        help="kubectl: also check kubectl, its context and RBAC (default: as the running "
+        "tunnel; with none, as `up` would choose).",
     ),
     context: str | None = context_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
+    target: str | None = target_option(),
+    selector: str | None = selector_option(),
+    kafka_port: int = kafka_port_option(),
     resolver: str | None = typer.Option(
         None,
         metavar="HOST:PORT",
@@ -56,9 +67,10 @@ def doctor(
     as_json: bool = json_option(),
 ) -> None:
     """Check what working consumer groups need, each with its fix: kubectl, context, RBAC,
-    broker names, each broker through the tunnel, and a group on each broker."""
-    code = run_doctor(make_console(), bootstrap, port, via, context, namespace, kubeconfig,
-                      resolver, as_json)  # fmt: skip
+    broker names, each broker through the tunnel, and a group on each broker. With no tunnel
+    running: whether `kafkatunnel up` with the same flags can start."""
+    kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
+    code = run_doctor(make_console(), bootstrap, port, via, kube, resolver, as_json)
     raise typer.Exit(code)
 
 
@@ -67,9 +79,7 @@ def run_doctor(
     bootstrap: str | None,
     port: int | None,
     via: str | None,
-    context: str | None,
-    namespace: str | None,
-    kubeconfig: str | None,
+    kube: KubeOptions,
     resolver: str | None,
     as_json: bool,
 ) -> int:
@@ -85,9 +95,15 @@ def run_doctor(
     status = json.loads(fetch(state["control"], "/status")) if state is not None else None
     if via is None and status is not None:
         via = status.get("via")
-    kubectl = None
+    elif via is None and bootstrap is None and shutil.which("kubectl"):
+        via = "kubectl"  # what `up` with no flags chooses
+    kubectl, start = None, None
     if via == "kubectl":
-        kubectl = Kubectl(kubeconfig=kubeconfig, context=context, namespace=namespace)
+        kubectl = Kubectl(kubeconfig=kube.kubeconfig, context=kube.context,
+                          namespace=kube.namespace)  # fmt: skip
+        if status is None and bootstrap is None:  # no tunnel yet: can `up` start?
+            forwarder = KubectlForwarder(kubectl, target=kube.target, selector=kube.selector)
+            start = StartCheck(forwarder, kube.kafka_port)
     subject = Subject(bootstrap, kubectl=kubectl)
     if status is not None:
         subject = subject_from_status(status, kubectl)
@@ -101,7 +117,7 @@ def run_doctor(
                 param_hint="--resolver",
             ) from None
     resolve = dns_server_resolve(resolver) if resolver else system_resolve
-    results = run_checks(subject, resolve)
+    results = run_checks(subject, resolve, start)
     failed = any(r.status == FAIL for r in results)
     if as_json:
         print(json.dumps({"ok": not failed, "checks": [asdict(r) for r in results]}, indent=2))
