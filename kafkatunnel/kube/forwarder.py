@@ -183,6 +183,11 @@ class KubectlForwarder(Forwarder):
     def expect(self, host: str, port: int) -> None:
         self._forward(host, port)  # start its port-forward now: the first client won't wait
 
+    def suspect(self, host: str, port: int, signal: str) -> None:
+        forward = self.forwards.get(self._key(host, port))
+        if forward is not None:
+            forward.check(signal)
+
     def _close_through(self, key: tuple[str, int]) -> None:
         """The forward died: close its connections at once so their clients reconnect."""
         for upstream in list(self._through.get(key, ())):

@@ -241,6 +241,7 @@ class PortForward:
             return  # being replaced already: its kubectl is not reaped yet
         if self.local_port is None or self.process is None or self.process.returncode is not None:
             return
+        log.debug("checking the port-forward to pod/%s :%d: %s", self.pod, self.port, signal)
         self._probing = asyncio.get_running_loop().create_task(self._probe(signal))
 
     async def _probe(self, signal: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,9 +123,10 @@ def consume_group(
     config: dict[str, Any] | None = None,
     stop_after_coordinator_errors: int | None = None,
     dedupe_by_offset: bool = False,
+    stop: threading.Event | None = None,
 ) -> GroupResult:
-    """Consume `topic` from the start as `group` until `expected` messages or the deadline,
-    committing offsets; report what was consumed and every coordinator error seen.
+    """Consume `topic` from the start as `group` until `expected` messages, the deadline or
+    `stop`, committing offsets; report what was consumed and every coordinator error seen.
 
     With `dedupe_by_offset`, a record at a (partition, offset) already processed is skipped
     and counted as redelivered: Kafka redelivers from the last committed offset after a
@@ -156,6 +158,8 @@ def consume_group(
         consumer.subscribe([topic])
         deadline = time.monotonic() + timeout
         while result.consumed < expected and time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                break
             if stop_after_coordinator_errors is not None:
                 seen = sum(1 for line in log.lines if COORDINATOR_ERRORS.search(line))
                 if seen >= stop_after_coordinator_errors:
@@ -194,6 +198,7 @@ def consume_groups(
     timeout: float = 30.0,
     stop_after_coordinator_errors: int | None = None,
     dedupe_by_offset: bool = False,
+    stop: threading.Event | None = None,
 ) -> dict[str, GroupResult]:
     """Run one consumer per group (group -> expected count) at the same time, as separate
     applications would; each result as `consume_group` gives it."""
@@ -210,6 +215,7 @@ def consume_groups(
                 timeout=timeout,
                 stop_after_coordinator_errors=stop_after_coordinator_errors,
                 dedupe_by_offset=dedupe_by_offset,
+                stop=stop,
             )
             for group, expected in groups.items()
         }

@@ -77,6 +77,10 @@ class Forwarder(ABC):
         """How often a forward to host:port that was alive but useless was replaced."""
         return 0
 
+    def suspect(self, host: str, port: int, signal: str) -> None:  # noqa: B027 - optional hook
+        """A connection to host:port behaved as through a dead forward (closed before any
+        byte, or no answer in time): check the forward, if there is one to check."""
+
     def expect(self, host: str, port: int) -> None:  # noqa: B027 - optional hook
         """A broker at host:port exists: get ready to reach it before a client asks."""
 

@@ -21,6 +21,11 @@ from kafkatunnel.tunnel.relay import Pump
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
 LINGER = 5.0  # seconds a closing connection may take to deliver what it already read
+# Seconds a new connection may wait for the broker's first byte after the client's first:
+# every client opens with ApiVersions (or a TLS hello), answered at once by a live broker.
+# A silent one (or an upstream closed before any byte) makes the forwarder check its forward,
+# also when the client gave up first: an impatient client is no proof the forward works.
+FIRST_ANSWER = 3.0
 
 
 class ClientConnection:
@@ -48,6 +53,8 @@ class ClientConnection:
         self.peer = "?"
         self._closed = False
         self._ending = False  # the upstream ended; asking it why
+        self._heard = False  # the broker sent its first byte
+        self._first_answer: asyncio.TimerHandle | None = None  # the deadline for it
         self._done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -123,9 +130,23 @@ class ClientConnection:
 
     def _from_client(self, count: int) -> None:
         self.endpoint.bytes_in += count
+        if self._first_answer is None and not self._heard:
+            signal = f"no answer within {FIRST_ANSWER:g}s on a new connection"
+            loop = asyncio.get_running_loop()
+            self._first_answer = loop.call_later(FIRST_ANSWER, self._suspect, signal)
 
     def _from_broker(self, count: int) -> None:
         self.endpoint.bytes_out += count
+        if not self._heard:
+            self._heard = True
+            if self._first_answer is not None:
+                self._first_answer.cancel()
+
+    def _suspect(self, signal: str) -> None:
+        """This connection looks as if its forward were dead: let the forwarder check."""
+        log.debug("%s: %s", self.endpoint.local, signal)
+        self.forwarder.suspect(self.endpoint.advertised_host, self.endpoint.advertised_port,
+                               signal)  # fmt: skip
 
     def _client_ended(self, cause: BaseException | None) -> None:
         if isinstance(cause, ProtocolError):
@@ -144,6 +165,8 @@ class ClientConnection:
         if self._ending or self._closed:
             return
         self._ending = True
+        if not self._heard:
+            self._suspect("a connection closed before any answer")
         for pump in self.pumps:
             pump.stop()
         self._spawn(self._explain(error))

@@ -9,45 +9,35 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
-from kafkatunnel.kube.portforward import PortForward
 from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
-from kafkatunnel.tunnel import ForwarderError, TunnelConfig
-from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.localcluster.workload import consume_groups, produce
+from kafkatunnel.tunnel import ForwarderError
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import World
-
-
-def _tunnel(cluster: LocalCluster, **kube: object) -> BackgroundTunnel:
-    forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **kube)  # type: ignore[arg-type]
-    config = TunnelConfig(
-        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
-    )
-    return BackgroundTunnel(config, forwarder).start()
-
-
-def _ready_routes(tunnel: BackgroundTunnel) -> dict[int, str] | None:
-    brokers = tunnel.status()["endpoints"][1:]
-    if brokers and all("(ready)" in e["route"] for e in brokers):
-        return {e["node_id"]: e["route"] for e in brokers}
-    return None
+from tests.kube.faults import (
+    forward_of,
+    kube_tunnel,
+    ready_routes,
+    restarted,
+    run_under_faults,
+    settled,
+    world_file,
+)
 
 
 def test_every_coordinator_through_kubectl_forwards(cluster: LocalCluster, world: World) -> None:
-    tunnel = _tunnel(cluster, target="statefulset/kafka")
+    tunnel = kube_tunnel(cluster, target="statefulset/kafka")
     try:
-        routes = wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
+        routes = wait_for(lambda: ready_routes(tunnel), timeout=15, what="a ready forward each")
         assert len(routes) == 3
         for node, route in routes.items():
             index = [b.node_id for b in cluster.mock].index(node)
@@ -64,110 +54,6 @@ def test_every_coordinator_through_kubectl_forwards(cluster: LocalCluster, world
         tunnel.stop()
 
 
-def _forward(tunnel: BackgroundTunnel, pod: str) -> PortForward:
-    forwarder = tunnel.tunnel.forwarder
-    assert isinstance(forwarder, KubectlForwarder)
-    return next(f for f in forwarder.forwards.values() if f.pod == pod)
-
-
-def _settled(forward: PortForward) -> Callable[[], bool]:
-    """Up for longer than the supervisor's healthy_after, so a new kill starts backoff anew."""
-
-    def check() -> bool:
-        return forward.ready_since is not None and time.monotonic() - forward.ready_since > 1.2
-
-    return check
-
-
-def _restarted(forward: PortForward, old_pid: int) -> Callable[[], bool]:
-    def check() -> bool:
-        process = forward.process
-        return process is not None and process.pid != old_pid and forward.local_port is not None
-
-    return check
-
-
-@dataclass
-class FaultRun:
-    delivered: list[int]
-    restore_times: list[float]
-    results: dict[str, GroupResult]
-    log: GroupResult
-    log_size: int
-
-
-def _twenty_kills(
-    tunnel: BackgroundTunnel, pods: list[str], groups: list[str], topic: str, total: int
-) -> FaultRun:
-    """An idempotent producer and a consumer per group run while the pods' kubectl
-    port-forwards, one at a time, are killed (SIGKILL) or print "lost connection to pod" and
-    exit, twenty times. Then the log is read back by a fresh group, and each group finishes
-    from its committed offsets."""
-    delivered: list[int] = []
-
-    def producer() -> None:
-        import confluent_kafka
-
-        sent = 0
-        p = confluent_kafka.Producer({
-            "bootstrap.servers": tunnel.bootstrap_servers, "enable.idempotence": True,
-            "acks": "all", "linger.ms": 5,
-        })  # fmt: skip
-        while sent < total:
-            p.produce(topic, f"m-{sent}".encode())
-            sent += 1
-            p.poll(0)
-            time.sleep(0.02)
-        delivered.append(total - p.flush(120))
-
-    results: dict[str, GroupResult] = {}
-
-    def consumers() -> None:
-        results.update(
-            consume_groups(
-                tunnel.bootstrap_servers,
-                dict.fromkeys(groups, total),
-                topic,
-                timeout=240,
-                dedupe_by_offset=True,
-            )
-        )
-
-    threads = [threading.Thread(target=producer), threading.Thread(target=consumers)]
-    for t in threads:
-        t.start()
-    restore_times = []
-    try:
-        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
-        for kill in range(20):
-            pod = pods[kill % len(pods)]
-            forward = _forward(tunnel, pod)
-            wait_for(_settled(forward), timeout=30, what=f"{pod}'s forward to be up and settled")
-            assert forward.process is not None
-            pid = forward.process.pid
-            started = time.monotonic()
-            if kill % 2:
-                Path(f"{world_path}.lost-{pod}").touch()  # kubectl prints the lost lines, exits 1
-            else:
-                os.kill(pid, signal.SIGKILL)
-            wait_for(_restarted(forward, pid), timeout=10, what=f"{pod}'s forward to come back")
-            restore_times.append(time.monotonic() - started)
-    finally:
-        for t in threads:
-            t.join(300)
-    log_size = _log_size(tunnel.bootstrap_servers, topic)
-    log = consume_group(tunnel.bootstrap_servers, f"{topic}-reader", topic, log_size, timeout=120)
-    finished = {}
-    for group, first in results.items():
-        rest = consume_group(tunnel.bootstrap_servers, group, topic,
-                             log_size - len(first.values), timeout=120,
-                             dedupe_by_offset=True)  # fmt: skip
-        first.values += rest.values  # from the group's committed offsets, after the faults
-        first.redelivered += rest.redelivered
-        finished[group] = first
-    return FaultRun(delivered, restore_times, finished, log, log_size)
-
-
 def test_forwards_survive_twenty_kills(
     cluster: LocalCluster, world: World, request: pytest.FixtureRequest
 ) -> None:
@@ -181,106 +67,39 @@ def test_forwards_survive_twenty_kills(
     the groups are held to the log exactly, and the produced messages to be all in it. (The
     tansu broker is no better a judge: under the same faults it acknowledged every message
     and kept 1,484 of 1,500.)"""
-    tunnel = _tunnel(cluster)  # default selectors find the pods
+    tunnel = kube_tunnel(cluster)  # default selectors find the pods
     request.addfinalizer(tunnel.stop)
-    total = 1500
     topic = f"faults-{uuid.uuid4().hex[:6]}"
     groups = [gs[0] for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()]
-    run = _twenty_kills(tunnel, ["kafka-0", "kafka-1", "kafka-2"], groups, topic, total)
+
+    def twenty_kills(_acknowledged: Callable[[], int]) -> list[float]:
+        """Each pod's kubectl in turn, SIGKILLed or printing "lost connection to pod" and
+        exiting 1; how long each broker took to come back."""
+        pods = ["kafka-0", "kafka-1", "kafka-2"]
+        restore_times = []
+        for kill in range(20):
+            pod = pods[kill % len(pods)]
+            forward = forward_of(tunnel, pod)
+            wait_for(settled(forward), timeout=30, what=f"{pod}'s forward to be up and settled")
+            assert forward.process is not None
+            pid = forward.process.pid
+            started = time.monotonic()
+            if kill % 2:
+                world_file(f"lost-{pod}").touch()  # kubectl prints the lost lines, exits 1
+            else:
+                os.kill(pid, signal.SIGKILL)
+            wait_for(restarted(forward, pid), timeout=10, what=f"{pod}'s forward to come back")
+            restore_times.append(time.monotonic() - started)
+        return restore_times
+
+    run = run_under_faults(tunnel, groups, topic, twenty_kills)
     assert max(run.restore_times) < 2.0, run.restore_times
-    assert run.delivered == [total]
-    produced = {f"m-{i}".encode() for i in range(total)}
-    assert run.log.consumed == run.log_size and set(run.log.values) == produced  # nothing lost
-    assert 0 <= run.log_size - total <= 3, run.log_size  # the mock's duplicates, if any
+    assert run.failed == 0 and run.acknowledged
+    assert run.log.consumed == run.log_size
+    assert set(run.log.values) == run.acknowledged  # nothing acknowledged is lost
+    assert 0 <= run.log_size - len(run.acknowledged) <= 3, run.log_size  # the mock's duplicates
     for group, result in run.results.items():
         assert sorted(result.values) == sorted(run.log.values), (group, len(result.values))
-
-
-@pytest.mark.parametrize("mode", ["gone", "timeout"])
-def test_a_forward_alive_but_useless_is_replaced(
-    cluster: LocalCluster, world: World, mode: str
-) -> None:
-    """kubectl keeps running and fails every connection: at once with "No such container"
-    (kubernetes#67059: found when a client's connection fails), or after 30 s with "Timeout
-    occured" (kubectl#686: found by the periodic check while idle, before any client)."""
-    tunnel = _tunnel(cluster, keepalive=60.0 if mode == "gone" else 1.0)
-    try:
-        wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
-        topic = f"zombie-{uuid.uuid4().hex[:6]}"
-        leaders = set(cluster.partition_leaders(topic).values())  # the producer meets these
-        index = next(i for i, b in enumerate(cluster.mock) if b.node_id in leaders)
-        pod = f"kafka-{index}"
-        forward = _forward(tunnel, pod)
-        assert forward.process is not None
-        pid = forward.process.pid
-        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
-        Path(f"{world_path}.zombie-{pod}").write_text(mode)
-        if mode == "gone":  # a client meets it first
-            assert produce(tunnel.bootstrap_servers, topic, 30) == 30
-        wait_for(_restarted(forward, pid), timeout=20, what="the useless forward to be replaced")
-        assert forward.replacements == 1 and forward.process is not None
-        assert forward.process.returncode is None  # the new kubectl runs, the old is gone
-        expected = "kubectl said: " if mode == "gone" else "no answer to ApiVersions within 5s"
-        assert expected in (forward.last_replacement or ""), forward.last_replacement
-        routes = [e["route"] for e in tunnel.status()["endpoints"]]
-        assert any(f"pod/{pod} " in r and "[1 replaced; last: " in r for r in routes), routes
-        assert produce(tunnel.bootstrap_servers, f"{topic}-after", 30) == 30
-        group = next(iter(cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()))[0]
-        assert consume_group(tunnel.bootstrap_servers, group, f"{topic}-after", 30,
-                             timeout=60).consumed == 30  # fmt: skip
-        metrics = tunnel.tunnel.metrics()
-        node = cluster.mock[index].node_id
-        assert f'kafkatunnel_forward_replacements_total{{node="{node}",' in metrics
-        replaced = [
-            line
-            for line in metrics.splitlines()
-            if line.startswith(f'kafkatunnel_forward_replacements_total{{node="{node}"')
-        ]
-        assert replaced and replaced[0].endswith(" 1"), replaced  # fmt: skip
-    finally:
-        tunnel.stop()
-
-
-def test_waking_from_sleep_checks_every_forward_at_once(
-    cluster: LocalCluster, world: World
-) -> None:
-    """The machine cannot sleep in a test, so its clock is told it did (CLOCK_BOOTTIME
-    ahead of CLOCK_MONOTONIC by an hour): the forward that died meanwhile (kubectl alive,
-    every connection timing out) is replaced at once, the others are left alone."""
-    tunnel = _tunnel(cluster, keepalive=3600.0, sleep_check=0.2)
-    try:
-        wait_for(lambda: _ready_routes(tunnel), timeout=15, what="a ready forward each")
-        forwarder = tunnel.tunnel.forwarder
-        assert isinstance(forwarder, KubectlForwarder)
-        slept = [0.0]
-        forwarder.asleep = lambda: slept[0]
-        world_path = Path(os.environ["KUBECTL_STANDIN_WORLD"])
-        Path(f"{world_path}.zombie-kafka-2").write_text("timeout")
-        dead = _forward(tunnel, "kafka-2")
-        assert dead.process is not None
-        pid = dead.process.pid
-        slept[0] = 3600.0  # the lid opens
-        wait_for(_restarted(dead, pid), timeout=15, what="the dead forward to be replaced")
-        assert "waking from sleep" in (dead.last_replacement or ""), dead.last_replacement
-        assert [_forward(tunnel, p).replacements for p in ("kafka-0", "kafka-1")] == [0, 0]
-        assert produce(tunnel.bootstrap_servers, f"woke-{uuid.uuid4().hex[:6]}", 20) == 20
-    finally:
-        tunnel.stop()
-
-
-def _log_size(bootstrap: str, topic: str) -> int:
-    import confluent_kafka
-
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "sizer"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        marks = [
-            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=30)
-            for p in partitions
-        ]
-        return sum(high - low for low, high in marks)
-    finally:
-        consumer.close()
 
 
 def _up(*args: str) -> subprocess.CompletedProcess[str]:
