@@ -20,6 +20,7 @@ KT_APT_COMMANDS=(
   tshark:tshark mergecap:wireshark-common tcpdump:tcpdump          # captures
   dig:bind9-dnsutils unbound:unbound dnsmasq:dnsmasq-base          # resolvers before the shim
   dbus-daemon:dbus                                                 # a bus for systemd-resolved
+  nft:nftables                                                     # relays on addresses of their own
 )
 kt_apt_packages() {
   local missing=() pair

@@ -110,6 +110,31 @@ def _ip_start(linktype: int, data: memoryview) -> int | None:
     return None
 
 
+def dns_from_udp(packet: Packet, linktype: int) -> bytes | None:
+    """The DNS message of a UDP datagram from port 53, or None for anything else."""
+    data = memoryview(packet.data)
+    start = _ip_start(linktype, data)
+    if start is None or len(data) < start + 20:
+        return None
+    version = data[start] >> 4
+    if version == 4:
+        ihl = (data[start] & 0x0F) * 4
+        total, fragment, protocol, _src, _dst = _IPV4_FIELDS.unpack_from(data, start)
+        if protocol != 17 or fragment & 0x3FFF:
+            return None
+        udp_at, end = start + ihl, start + total if total else len(data)
+    elif version == 6 and len(data) >= start + 40:
+        length, next_header = struct.unpack_from("!HB", data, start + 4)
+        if next_header != 17:
+            return None
+        udp_at, end = start + 40, start + 40 + length
+    else:
+        return None
+    if len(data) < udp_at + 8 or struct.unpack_from("!H", data, udp_at)[0] != 53:
+        return None
+    return data[udp_at + 8 : min(end, len(data))].tobytes()
+
+
 def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     """The TCP segment in a captured packet; None for anything else (ARP, UDP, fragments)."""
     data = memoryview(packet.data)
@@ -169,6 +194,8 @@ class Capture:
         self.data = memoryview(data)
         self.interfaces: list[Interface] = []
         self.comments: list[str] = []
+        self.dns: list[tuple[int, bytes]] = []  # (ts, message) of DNS answers over UDP
+        self.cut_short_at: int | None = None  # the byte where a file cut short ends
         if is_pcapng(self.data):
             self._format = "pcapng"
         elif self.data[:4].tobytes() in _PCAP_MAGICS:
@@ -187,11 +214,20 @@ class Capture:
             for packet in reader:
                 self.interfaces = interfaces = reader.interfaces  # a new section: new list
                 if packet.interface < len(interfaces):
-                    segment = tcp_segment(packet, interfaces[packet.interface].linktype)
+                    segment = self._segment(packet, interfaces[packet.interface].linktype)
                     if segment is not None:
                         yield segment
+            self.cut_short_at = reader.cut_short_at
             return
         yield from self._pcap_segments()
+
+    def _segment(self, packet: Packet, linktype: int) -> Segment | None:
+        segment = tcp_segment(packet, linktype)
+        if segment is None:  # rare in a Kafka capture: a DNS answer, perhaps
+            message = dns_from_udp(packet, linktype)
+            if message is not None:
+                self.dns.append((packet.timestamp_ns, message))
+        return segment
 
     def _pcap_segments(self) -> Iterator[Segment]:
         data = self.data
@@ -206,9 +242,12 @@ class Capture:
             seconds, fraction, captured, _original = record.unpack_from(data, pos)
             pos += 16
             if pos + captured > len(data):
-                return  # cut short while being written
+                self.cut_short_at = pos - 16  # cut short while being written
+                return
             ns = seconds * 1_000_000_000 + fraction * (1_000_000_000 // per_second)
-            segment = tcp_segment(Packet(0, ns, data[pos : pos + captured]), linktype)
+            segment = self._segment(Packet(0, ns, data[pos : pos + captured]), linktype)
             if segment is not None:
                 yield segment
             pos += captured
+        if pos < len(data):
+            self.cut_short_at = pos  # less than a record header left

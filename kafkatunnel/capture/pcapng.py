@@ -116,6 +116,7 @@ class PcapngReader:
         self.data = memoryview(data)
         self.interfaces: list[Interface] = []
         self.comments: list[str] = []
+        self.cut_short_at: int | None = None  # where a file cut short mid-block ends
 
     def __iter__(self) -> Iterator[Packet]:
         data = self.data
@@ -135,7 +136,8 @@ class PcapngReader:
             (length,) = struct.unpack_from(order + "I", data, pos + 4)
             if length < 12 or length % 4 or pos + length > end:
                 if pos + length > end and length >= 12:
-                    return  # a file cut short while being written: keep what is whole
+                    self.cut_short_at = pos  # cut short while being written: keep what is whole
+                    return
                 raise CaptureFormatError(f"pcapng block at offset {pos} has length {length}")
             body = data[pos + 8 : pos + length - 4]
             if block_type == SECTION_HEADER:
@@ -164,6 +166,8 @@ class PcapngReader:
                 iface, _drops, high, low, captured = struct.unpack_from(order + "HHIII", body, 0)
                 yield Packet(iface, self._ns(iface, (high << 32) | low), body[20 : 20 + captured])
             pos += length
+        if pos < end:
+            self.cut_short_at = pos  # less than a block header left
 
     def _ns(self, iface: int, ticks: int) -> int:
         if iface >= len(self.interfaces):

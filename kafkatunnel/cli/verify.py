@@ -19,7 +19,13 @@ from kafkatunnel.verify.job import (
     verify_spark,
 )
 from kafkatunnel.verify.replay import replay
-from kafkatunnel.verify.report import summary_lines, table, write_reports
+from kafkatunnel.verify.report import (
+    address_table,
+    strict_problems,
+    summary_lines,
+    table,
+    write_reports,
+)
 
 
 def verify(
@@ -43,13 +49,39 @@ def verify(
         metavar="HOST:PORT",
         help="A running tunnel's HOST:PORT: re-issue read-only look-ups for every group.",
     ),
+    broker: list[str] = typer.Option(
+        [],
+        "--broker",
+        metavar="ADDRESS=NODE",
+        help="The broker behind a captured server address, e.g. 127.0.0.3:9092=2 (repeatable).",
+    ),
+    strict: bool = typer.Option(
+        False,
+        help="Also fail when a group is unverified, nothing was checked, or a file is cut short.",
+    ),
 ) -> None:
     """Did every consumer group and transactional id talk to its coordinator? Exit 0 only
-    when nothing is misrouted or leaked."""
+    when nothing is misrouted or leaked (with --strict: and everything was checked)."""
     raise typer.Exit(
         run_verify(make_console(), paths or [], master, json_file, html_file, in_process,
-                   replay_against)
+                   replay_against, parse_brokers(broker), strict)
     )  # fmt: skip
+
+
+def parse_brokers(entries: list[str]) -> dict[str, int]:
+    """--broker ADDRESS=NODE entries as address -> node."""
+    out = {}
+    for entry in entries:
+        address, sep, node = entry.rpartition("=")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit() or not node.lstrip("-").isdigit():
+            raise typer.BadParameter(
+                f"{entry!r}: expected ADDRESS=NODE, the server address as captured and the "
+                "broker's node id, e.g. 127.0.0.3:9092=2",
+                param_hint="--broker",
+            )
+        out[address] = int(node)
+    return out
 
 
 def run_verify(
@@ -60,6 +92,8 @@ def run_verify(
     html_file: str | None,
     in_process: bool,
     replay_against: str | None,
+    brokers: dict[str, int] | None = None,
+    strict: bool = False,
 ) -> int:
     if not paths:
         raise typer.BadParameter("name at least one recording (file, directory or URI)")
@@ -86,11 +120,20 @@ def run_verify(
             return 2
         spark_log = Path(tempfile.mkstemp(prefix="kafkatunnel-spark-", suffix=".log")[1])
         spark = spark_session(master, log=spark_log)
-    report: Report = verify_local(files) if spark is None else verify_spark(files, spark)
+    report: Report = (verify_local(files, brokers) if spark is None
+                      else verify_spark(files, spark, brokers))  # fmt: skip
     console.print(table(report))
+    addresses = address_table(report)
+    if addresses is not None:
+        console.print(addresses)
     for line in summary_lines(report):
-        console.print(line, style="green" if line == "verify: ok" else None, soft_wrap=True)
+        style = "green" if line == "verify: ok" else "bold red" if "NOTHING" in line else None
+        console.print(line, style=style, soft_wrap=True)
     failed = not report.ok
+    if strict:
+        for problem in strict_problems(report):
+            console.print(f"strict: {problem}", style="red", soft_wrap=True)
+            failed = True
     if replay_against:
         keys = sorted({(v.key, v.key_type) for v in report.verdicts})
         results = replay(keys, replay_against, spark)

@@ -223,8 +223,8 @@ def consume_groups(
 
 
 USAGE = """usage: python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT [N]
-       python -m kafkatunnel.localcluster.workload consume BOOTSTRAP GROUP TOPIC COUNT
-N: the partition to produce to.
+       python -m kafkatunnel.localcluster.workload consume BOOTSTRAP GROUP TOPIC COUNT [SECONDS]
+N: the partition to produce to; SECONDS: how long to wait for COUNT messages (60).
 Extra client settings (e.g. TLS) as JSON in KAFKATUNNEL_CLIENT_CONFIG."""
 
 
@@ -239,8 +239,10 @@ def main(argv: list[str]) -> int:
         done = produce(bootstrap, topic, count, partition=partition, config=config)
         print(f"PRODUCED {done}", flush=True)
         return 0
-    if len(argv) == 5 and argv[0] == "consume" and argv[4].isdigit():
-        result = consume_group(argv[1], argv[2], argv[3], int(argv[4]), timeout=60, config=config)
+    if len(argv) in (5, 6) and argv[0] == "consume" and all(a.isdigit() for a in argv[4:]):
+        timeout = float(argv[5]) if len(argv) == 6 else 60.0
+        result = consume_group(argv[1], argv[2], argv[3], int(argv[4]), timeout=timeout,
+                               config=config)  # fmt: skip
         print(f"CONSUMED {result.consumed} NOT_COORDINATOR {result.not_coordinator}", flush=True)
         return 0 if result.consumed == int(argv[4]) else 1
     print(USAGE, file=sys.stderr)

@@ -19,6 +19,8 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
 from kafkatunnel.protocol.schema import known_versions
+from kafkatunnel.verify.identity import DnsAnswer
+from kafkatunnel.verify.resolutions import TcpDnsStream, answers_in
 
 # Requests and responses whose bodies verify reads: coordinator-scoped APIs, and answers
 # that can name brokers. Everything else is counted, not kept.
@@ -71,6 +73,9 @@ class FileSummary:
     unreadable: bool = False  # not a capture at all
     listeners: list[dict[str, object]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    servers: set[str] = field(default_factory=set)  # addresses plain connections went to
+    dns: list[DnsAnswer] = field(default_factory=list)  # DNS answers the capture holds
+    cut_short: int | None = None  # the byte offset where a file cut short ends
 
 
 def listener_of(interface: Interface) -> dict[str, object] | None:
@@ -157,13 +162,14 @@ class _Direction:
 
 
 class _Flow:
-    __slots__ = ("conn", "pending", "requests", "responses")
+    __slots__ = ("conn", "dns", "pending", "requests", "responses")
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
         self.requests = _Direction()
         self.responses = _Direction()
         self.pending: dict[int, Call] = {}
+        self.dns: TcpDnsStream | None = None  # a DNS-over-TCP connection, not Kafka
 
 
 class FileDecoder:
@@ -183,6 +189,15 @@ class FileDecoder:
     def run(self) -> FileDecoder:
         for segment in self.capture.segments():
             self._segment(segment)
+        for ts, message in self.capture.dns:
+            self.summary.dns.extend(answers_in(ts, message))
+        if self.capture.cut_short_at is not None:
+            self.summary.cut_short = self.capture.cut_short_at
+            self.summary.problems.append(
+                f"{self.source}: cut short at byte {self.capture.cut_short_at} of "
+                f"{len(self.capture.data)} (a packet is missing its end: copied while still "
+                "being written?); the packets before it were read"
+            )
         for flow in self._flows.values():
             self.calls.extend(flow.pending.values())  # dangling: answered in a later file?
             for direction in (flow.requests, flow.responses):
@@ -231,6 +246,10 @@ class FileDecoder:
             advertised=str(listener["advertised"]) if listener is not None else None,
         )
         flow = _Flow(conn)
+        if listener is None and server.endswith(":53"):
+            flow.dns = TcpDnsStream()
+        elif listener is None:
+            self.summary.servers.add(server)
         self._flows[forward if to_server else backward] = flow
         return flow, to_server
 
@@ -239,6 +258,12 @@ class FileDecoder:
         direction = flow.requests if to_server else flow.responses
         chunks = direction.bytes_in_order(segment)
         if not chunks:
+            return
+        if flow.dns is not None:
+            if not to_server:
+                for chunk in chunks:
+                    for message in flow.dns.feed(chunk):
+                        self.summary.dns.extend(answers_in(segment.timestamp_ns, message))
             return
         frames = direction.frames(chunks)
         self.summary.frames += len(frames)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from kafkatunnel.verify.calls import (
     pair_halves,
 )
 from kafkatunnel.verify.events import BROKERS, CALL, LEADERS, LOOKUP, NAMED, Event, events_of
+from kafkatunnel.verify.identity import Identities, Sighting, identify, sightings_of
 from kafkatunnel.verify.judge import MISROUTED, Facts, Verdict, judge
 
 if TYPE_CHECKING:
@@ -104,9 +105,11 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
         if event.kind == BROKERS:
             for node, address in event.brokers:
                 facts.address_nodes.setdefault(address, node)
+                facts.advertised.add((node, address))
         elif event.kind == LOOKUP and event.error == 0 and event.node is not None:
             if event.address is not None and event.node >= 0:
                 facts.address_nodes.setdefault(event.address, event.node)
+                facts.advertised.add((event.node, event.address))
         elif event.kind == LEADERS:
             by_type: dict[int, dict[int, int]] = {}
             for key_type, partition, leader in event.leaders:
@@ -135,11 +138,26 @@ class Report:
     tunnel_recording: bool
     problems: list[str]
     unreadable: int = 0  # files that are not captures at all
+    sources: list[str] = field(default_factory=list)  # the files read
+    addresses: list[dict[str, Any]] = field(default_factory=list)  # server address -> broker
+
+    cut_short: list[str] = field(default_factory=list)  # files that end mid-packet
 
     @property
     def ok(self) -> bool:
         misrouted = any(v.verdict == MISROUTED for v in self.verdicts)
         return not self.leaks and not misrouted and not self.unreadable
+
+    def nothing_checked(self) -> str | None:
+        """Why no group could be checked at all, or None when some was."""
+        if any(v.verdict != "unverified" for v in self.verdicts):
+            return None
+        if not self.verdicts:
+            return ("no consumer group or transactional id in the recordings (were they "
+                    "made while clients joined groups?)")  # fmt: skip
+        return (f"all {len(self.verdicts)} group(s) unverified: the recordings do not say "
+                "which broker is behind the addresses they went to (name them with "
+                "--broker ADDRESS=NODE)")  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +167,10 @@ class Report:
             "calls": self.calls,
             "tunnel_recording": self.tunnel_recording,
             "unreadable": self.unreadable,
+            "nothing_checked": self.nothing_checked(),
+            "cut_short": self.cut_short,
+            "sources": self.sources,
+            "addresses": self.addresses,
             "groups": [v.as_dict() for v in sorted(self.verdicts, key=_order)],
             "leaks": self.leaks,
             "problems": self.problems,
@@ -176,10 +198,15 @@ def leaks_in(named: Named, summaries: list[FileSummary]) -> list[dict[str, Any]]
 
 
 def _report(
-    verdicts: list[Verdict], named: Named, summaries: list[FileSummary], calls: int
+    verdicts: list[Verdict],
+    named: Named,
+    summaries: list[FileSummary],
+    calls: int,
+    facts: Facts,
 ) -> Report:
     real = [s for s in summaries if s.source != "(calls across files)"]
     problems = [p for s in summaries for p in s.problems]
+    identities = facts.identities.addresses.values() if facts.identities else []
     return Report(
         verdicts=verdicts,
         leaks=leaks_in(named, summaries),
@@ -189,7 +216,28 @@ def _report(
         tunnel_recording=any(s.tunnel for s in real),
         problems=problems,
         unreadable=sum(s.unreadable for s in real),
+        sources=[_local_name(s.source) for s in real],
+        cut_short=[
+            f"{_local_name(s.source)} at byte {s.cut_short}"
+            for s in real
+            if s.cut_short is not None
+        ],
+        addresses=[i.as_dict(_start(verdicts)) for i in identities],
     )
+
+
+def _local_name(source: str) -> str:
+    """A local file as its path (Spark names it file:/...); other URIs as they are."""
+    if source.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(source).path)
+    return source
+
+
+def _start(verdicts: list[Verdict]) -> int:
+    """The first moment any group's timeline starts from (0 when nothing was recorded)."""
+    return min((v.start for v in verdicts if v.timeline), default=0)
 
 
 def expand(paths: Iterable[str]) -> list[str]:
@@ -201,8 +249,10 @@ def expand(paths: Iterable[str]) -> list[str]:
             continue
         local = Path(path.removeprefix("file://"))
         if local.is_dir():
-            # .pcap, .pcapng, and tcpdump -C's rotated file.pcap1, file.pcap2...
-            out.extend(str(p) for p in sorted(local.iterdir()) if ".pcap" in p.name)
+            # .pcap, .pcapng, and tcpdump -C's rotated file.pcap1, file.pcap2..., in
+            # subdirectories too (rotated recordings kept per day or per run)
+            out.extend(str(p) for p in sorted(local.rglob("*"))
+                       if ".pcap" in p.name and p.is_file())  # fmt: skip
         elif local.exists():
             out.append(str(local))
         else:
@@ -272,41 +322,67 @@ def gather(metas: Iterable[Meta]) -> Gathered:
     return Gathered(summaries, named, facts_from(fact_events, summaries), joined)
 
 
-def verify_local(paths: Iterable[str]) -> Report:
-    """The whole job in this process, no Spark."""
+def identify_brokers(
+    gathered: Gathered, sightings: Iterable[Sighting], user: Mapping[str, int] | None
+) -> Identities:
+    """Which broker is behind each address the recordings' connections went to."""
+    servers: set[str] = set()
+    recorded: dict[str, int] = {}
+    dns = []
+    for summary in gathered.summaries:
+        servers |= summary.servers
+        dns.extend(summary.dns)
+        for listener in summary.listeners:
+            node = listener.get("node_id")
+            if isinstance(node, int):
+                recorded[str(listener["tunnel"])] = node
+    return identify(servers | set(recorded), recorded=recorded,
+                    advertised=gathered.facts.advertised, dns=dns, sightings=sightings,
+                    user=user)  # fmt: skip
+
+
+def verify_local(paths: Iterable[str], brokers: Mapping[str, int] | None = None) -> Report:
+    """The whole job in this process, no Spark. `brokers`: address -> node, from the user."""
     results = [decode_file(p, Path(p).read_bytes()) for p in expand(paths)]
     gathered = gather(meta_of(r) for r in results)
     by_key: dict[tuple[str, int], list[Event]] = {}
     for result in results + gathered.joined:
         for key, event in keyed_events(result):
             by_key.setdefault(key, []).append(event)
+    sightings = [s for group in by_key.values() for s in sightings_of(group)]
+    gathered.facts.identities = identify_brokers(gathered, sightings, brokers)
     verdicts = [judge(k, t, group, gathered.facts) for (k, t), group in by_key.items()]
     calls = sum(s.calls for s in gathered.summaries)
-    return _report(verdicts, gathered.named, gathered.summaries, calls)
+    return _report(verdicts, gathered.named, gathered.summaries, calls, gathered.facts)
 
 
-def verify_spark(paths: Iterable[str], spark: SparkSession) -> Report:
+def verify_spark(
+    paths: Iterable[str], spark: SparkSession, brokers: Mapping[str, int] | None = None
+) -> Report:
     """The job on Spark: any master, any Hadoop filesystem URI. Files are decoded once (a
     task each); the driver gets only facts and the calls split across files; the events
-    about groups are shuffled by group and judged on the executors."""
+    about groups are shuffled by group; what each group's answers say about the brokers
+    behind the addresses comes back (small), and the groups are judged on the executors."""
     sc = spark.sparkContext
     uris = [p if "://" in p else Path(p).resolve().as_uri() for p in expand(paths)]
     files = sc.binaryFiles(",".join(uris), minPartitions=max(len(uris), 1))
     decoded = files.map(lambda item: decode_file(item[0], item[1])).persist()
     gathered = gather(decoded.map(meta_of).collect())
-    shared = sc.broadcast(gathered.facts)
     keyed = decoded.flatMap(keyed_events)
     extra = [pair for result in gathered.joined for pair in keyed_events(result)]
     if extra:
         keyed = keyed.union(sc.parallelize(extra))
-    verdicts = (
-        keyed.groupByKey()
-        .map(lambda item: judge(item[0][0], item[0][1], list(item[1]), shared.value))
-        .collect()
-    )
+    grouped = keyed.groupByKey().mapValues(list).persist()
+    sightings = grouped.flatMap(lambda item: sightings_of(item[1])).collect()
+    gathered.facts.identities = identify_brokers(gathered, sightings, brokers)
+    shared = sc.broadcast(gathered.facts)
+    verdicts = grouped.map(
+        lambda item: judge(item[0][0], item[0][1], item[1], shared.value)
+    ).collect()
+    grouped.unpersist()
     decoded.unpersist()
     calls = sum(s.calls for s in gathered.summaries)
-    return _report(verdicts, gathered.named, gathered.summaries, calls)
+    return _report(verdicts, gathered.named, gathered.summaries, calls, gathered.facts)
 
 
 MIN_JAVA = 17

@@ -28,6 +28,7 @@ from kafkatunnel.verify.events import (
     TRANSACTION,
     Event,
 )
+from kafkatunnel.verify.identity import Identities
 
 OK, MISROUTED, UNVERIFIED = "ok", "misrouted", "unverified"
 PERSISTENT_DENIALS = 3  # NOT_COORDINATOR answers from a coordinator re-named in between
@@ -38,13 +39,18 @@ class Facts:
     """What the whole recording says about brokers, collected before groups are judged."""
 
     address_nodes: dict[str, int] = field(default_factory=dict)
+    advertised: set[tuple[int, str]] = field(default_factory=set)  # (node, address) named
     # per key type: sorted (ts, partition count, {partition: leader}) snapshots
     leaders: dict[int, list[tuple[int, int, dict[int, int]]]] = field(default_factory=dict)
+    identities: Identities | None = None  # which broker is behind each server address
 
     def node_of(self, conn: Conn) -> int | None:
         if conn.node is not None:
             return conn.node
-        found = self.address_nodes.get(conn.server)
+        if self.identities is not None:
+            found = self.identities.node_of(conn.key, conn.server)
+        else:
+            found = self.address_nodes.get(conn.server)
         if found is None and conn.advertised is not None:
             found = self.address_nodes.get(conn.advertised)
         return found
@@ -73,6 +79,7 @@ class Verdict:
     coordinator: int | None
     errors: dict[str, int]
     timeline: list[dict[str, Any]]
+    start: int = 0  # the timeline's zero, in capture time (ns)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +165,7 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         notes.append("no coordinator-scoped request was recorded")
     verdict = MISROUTED if wrong else (OK if checked else UNVERIFIED)
     return Verdict(key, key_type, verdict, _unique(wrong) + notes, checked, named, errors,
-                   timeline)  # fmt: skip
+                   timeline, start)  # fmt: skip
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -35,11 +35,36 @@ def table(report: Report) -> Table:
     return out
 
 
+def address_table(report: Report) -> Table | None:
+    """Which broker is behind each address the connections went to, and how that is known."""
+    if not report.addresses:
+        return None
+    out = Table(title="brokers behind the captured addresses", title_justify="left")
+    for column in ("address", "broker", "how", "evidence"):
+        out.add_column(column, no_wrap=column != "evidence")
+    for entry in report.addresses:
+        node = entry["node"]
+        broker = "ambiguous" if entry["ambiguous"] else ("?" if node is None else str(node))
+        evidence = ", ".join(f"{method} {count}" for method, count in entry["evidence"].items())
+        if entry["note"]:
+            evidence = f"{evidence}; {entry['note']}" if evidence else entry["note"]
+        out.add_row(entry["address"], broker, entry["method"] or "unknown", evidence or "none")
+    return out
+
+
 def summary_lines(report: Report) -> list[str]:
     counts: dict[str, int] = {}
     for verdict in report.verdicts:
         counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
     lines = [", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no groups recorded"]
+    more = f" and {len(report.sources) - 5} more" if len(report.sources) > 5 else ""
+    lines.append(f"read {len(report.sources)} file(s): {', '.join(report.sources[:5])}{more}")
+    if not report.tunnel_recording:
+        lines.append("plain capture: no leak check was possible (only kafkatunnel recordings "
+                     "say which addresses clients were meant to see)")  # fmt: skip
+    nothing = report.nothing_checked()
+    if nothing:
+        lines.append(f"NOTHING CHECKED: {nothing}")
     for verdict in sorted(report.verdicts, key=lambda v: (v.verdict == "ok", v.key_type, v.key)):
         if verdict.reasons:
             lines.append(f"{verdict.key} ({verdict.verdict}): " + "; ".join(verdict.reasons))
@@ -55,6 +80,20 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"{report.unreadable} file(s) could not be read as captures")
     lines.append("verify: ok" if report.ok else "verify: FAILED")
     return lines
+
+
+def strict_problems(report: Report) -> list[str]:
+    """What `--strict` fails a run for, beyond a misrouted group or a leak."""
+    out = []
+    nothing = report.nothing_checked()
+    if nothing:
+        out.append(nothing)
+    unverified = [v.key for v in report.verdicts if v.verdict == "unverified"]
+    if unverified:
+        out.append(f"{len(unverified)} group(s) or transactional id(s) unverified: "
+                   + ", ".join(sorted(unverified)[:10]))  # fmt: skip
+    out.extend(f"cut short: {p}" for p in report.cut_short)
+    return out
 
 
 def to_json(report: Report) -> str:
@@ -115,6 +154,24 @@ def to_html(report: Report) -> str:
             f"<td>{'<br>'.join(html.escape(r) for r in group['reasons'])}</td></tr>"
         )
     parts.append("</table>")
+    if data["addresses"]:
+        parts.append("<h2>Brokers behind the captured addresses</h2><table><tr><th>address</th>"
+                     "<th>broker</th><th>how</th><th>evidence</th><th>note</th></tr>")  # fmt: skip
+        for entry in data["addresses"]:
+            broker = "ambiguous" if entry["ambiguous"] else entry["node"]
+            evidence = ", ".join(f"{m} {n}" for m, n in entry["evidence"].items())
+            parts.append(
+                f"<tr><td>{html.escape(entry['address'])}</td><td>{html.escape(str(broker))}</td>"
+                f"<td>{html.escape(entry['method'] or 'unknown')}</td>"
+                f"<td>{html.escape(evidence)}</td><td>{html.escape(entry['note'] or '')}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("<h2>Files read</h2><ul>")
+    parts.extend(f"<li>{html.escape(source)}</li>" for source in data["sources"])
+    parts.append("</ul>")
+    if not data["tunnel_recording"]:
+        parts.append("<p>Plain capture: no leak check was possible (only kafkatunnel "
+                     "recordings say which addresses clients were meant to see).</p>")  # fmt: skip
     if data["leaks"]:
         parts.append("<h2 class='err'>Leaked addresses</h2><ul>")
         parts.extend(

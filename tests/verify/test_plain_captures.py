@@ -1,0 +1,257 @@
+"""verify on plain captures of real networks: tcpdump on a laptop whose clients reach the
+cluster through relays (tests/verify/relays.py), no kafkatunnel. Which broker is behind each
+relay address comes from the traffic itself, and the verdicts use it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.localcluster.harness import TANSU_HOST
+from kafkatunnel.verify.job import verify_local, verify_spark
+from tests.verify.relays import RELAY_PORT, RelayedLaptop
+
+WORKLOAD = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+TANSU_NODE = 111  # the node id tansu gives itself
+
+
+@dataclass
+class Plain:
+    """A capture, the relay address of each mock broker, and each group's coordinator and
+    what its consumer saw."""
+
+    path: Path
+    relays: dict[int, str]  # node id -> its relay's address
+    coordinators: dict[str, int]  # group -> node id
+    consumed: dict[str, str]  # group -> the consumer's last line
+    leader: int | None = None  # the node leading the partition produced to
+    alternating: int | None = None  # the node whose address alternates (if any)
+
+
+def _topic(cluster: LocalCluster) -> tuple[str, int, int]:
+    """A new topic, its partition 0 and the index of the mock broker leading it (the one
+    relay for all leads to it: through that, the other leaders are out of reach)."""
+    topic = f"plain-{uuid.uuid4().hex[:6]}"
+    leader = cluster.partition_leaders(topic)[0]
+    return topic, 0, next(i for i, b in enumerate(cluster.mock) if b.node_id == leader)
+
+
+def _capture(
+    cluster: LocalCluster,
+    where: Path,
+    topic: tuple[str, int, int],
+    routes: dict[int, list[int]],
+    groups_per_broker: dict[int, int],
+    consume: bool = True,
+) -> Plain:
+    """Produce to the topic's partition, then one consumer per group at once (groups
+    coordinated by the brokers of the given indexes), all on a laptop behind the relays."""
+    name, partition, _leader = topic
+    laptop = RelayedLaptop(cluster, routes, where)
+    try:
+        produced = laptop.run(*WORKLOAD, "produce", laptop.bootstrap, name, "20", str(partition))
+        assert "PRODUCED 20" in produced.stdout, produced.stderr[-2000:]
+        spread = cluster.groups_by_coordinator(max(groups_per_broker.values()), f"{name}-g")
+        coordinators = {}
+        for index, count in groups_per_broker.items():
+            node = cluster.mock[index].node_id
+            coordinators.update(dict.fromkeys(spread[node][:count], node))
+        consumed: dict[str, str] = {}
+        if consume:
+
+            def run(group: str) -> str:
+                out = laptop.run(*WORKLOAD, "consume", laptop.bootstrap, group, name, "20", "25")
+                return out.stdout.strip()
+
+            with ThreadPoolExecutor(len(coordinators)) as pool:
+                consumed = dict(zip(coordinators, pool.map(run, coordinators), strict=True))
+    finally:
+        laptop.finish()
+        laptop.close()
+    relays = {cluster.mock[i].node_id: f"{a}:{RELAY_PORT}" for i, a in laptop.relay_address.items()}
+    return Plain(where, relays, coordinators, consumed)
+
+
+@pytest.fixture(scope="module")
+def captures(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Plain]]:
+    where = tmp_path_factory.mktemp("plain")
+    every = {0: 2, 1: 2, 2: 2}
+    out = {}
+    for name in ("healthy", "one-relay", "alternating", "producer-only"):
+        topic = _topic(cluster)
+        leader = topic[2]
+        others = [i for i in range(3) if i != leader]
+        routes, groups, consume = {
+            "healthy": ({i: [i] for i in range(3)}, every, True),
+            "one-relay": ({i: [leader] for i in range(3)}, every, True),
+            # the address of one broker that does not lead: to it, then to the other
+            "alternating": ({leader: [leader], others[0]: others, others[1]: [others[1]]},
+                            {others[0]: 4}, True),
+            "producer-only": ({i: [i] for i in range(3)}, {0: 1}, False),
+        }[name]  # fmt: skip
+        (where / name).mkdir()
+        out[name] = _capture(cluster, where / name / f"{name}.pcap", topic, routes, groups,
+                             consume)  # fmt: skip
+        out[name].leader = cluster.mock[leader].node_id
+        out[name].alternating = cluster.mock[others[0]].node_id
+    out["dns"] = _dns_capture(cluster, where / "dns.pcap")
+    yield out
+
+
+def _dns_capture(cluster: LocalCluster, where: Path) -> Plain:
+    """tansu advertises its Kubernetes name; the laptop asks a DNS server (dnsmasq 2.90 on
+    the relay host) and gets the relay's address, so the capture holds the answer."""
+    assert cluster.tansu is not None
+    laptop = RelayedLaptop(cluster, {}, where, dns=[TANSU_HOST])
+    bootstrap = f"{TANSU_HOST}:{cluster.tansu.port}"
+    try:
+        topic = f"plain-dns-{uuid.uuid4().hex[:6]}"
+        produced = laptop.run(*WORKLOAD, "produce", bootstrap, topic, "10")
+        assert "PRODUCED 10" in produced.stdout, produced.stderr[-2000:]
+        group = f"{topic}-g"
+        consumed = laptop.run(*WORKLOAD, "consume", bootstrap, group, topic, "10", "20")
+    finally:
+        laptop.finish()
+        laptop.close()
+    relay = f"{laptop.named[TANSU_HOST]}:{cluster.tansu.port}"
+    return Plain(where, {TANSU_NODE: relay}, {group: TANSU_NODE}, {group: consumed.stdout})
+
+
+def _verify(path: Path, *flags: str) -> tuple[int, dict[str, Any], str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--json", "-", *flags,
+         str(path)], capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+def _verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {g["key"]: g["verdict"] for g in report["groups"]}
+
+
+def _addresses(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a["address"]: a for a in report["addresses"]}
+
+
+def test_one_relay_per_broker_every_group_ok(captures: dict[str, Plain]) -> None:
+    """No DNS, no recording: each relay address is identified by what it answered, and
+    every group is ok, also with --strict."""
+    plain = captures["healthy"]
+    assert all("CONSUMED 20" in line for line in plain.consumed.values()), plain.consumed
+    code, report, _ = _verify(plain.path, "--strict")
+    assert code == 0, report
+    assert _verdicts(report) == dict.fromkeys(plain.coordinators, "ok")
+    found = _addresses(report)
+    for node, relay in plain.relays.items():
+        assert (found[relay]["node"], found[relay]["method"]) == (node, "behaviour"), found[relay]
+    assert report["sources"] == [str(plain.path)] and report["tunnel_recording"] is False
+
+
+def test_one_relay_for_every_broker_misroutes_exactly_the_others(
+    captures: dict[str, Plain],
+) -> None:
+    """The NOT_COORDINATOR failure: every advertised address leads to one broker. Exactly
+    the groups other brokers coordinate are misrouted; the rest are ok."""
+    plain = captures["one-relay"]
+    target = plain.leader
+    assert target is not None
+    code, report, _ = _verify(plain.path)
+    assert code == 1
+    expected = {
+        g: "ok" if node == target else "misrouted" for g, node in plain.coordinators.items()
+    }
+    assert _verdicts(report) == expected
+    assert _addresses(report)[plain.relays[target]]["node"] == target
+
+
+def test_a_relay_to_two_brokers_is_ambiguous(
+    captures: dict[str, Plain], cluster: LocalCluster
+) -> None:
+    """One relay takes each new connection to its broker, then another, then its broker...:
+    its address is reported ambiguous, with when it changed, and each group is judged by the
+    broker its own connection reached: the ones that met the wrong one are misrouted."""
+    plain = captures["alternating"]
+    node = plain.alternating
+    assert node is not None
+    code, report, _ = _verify(plain.path)
+    relay = _addresses(report)[plain.relays[node]]
+    assert relay["ambiguous"] and len(relay["changes"]) >= 2, relay
+    assert "answers as broker" in relay["note"], relay
+    verdicts = _verdicts(report)
+    for group, line in plain.consumed.items():
+        denied = "NOT_COORDINATOR 0" not in line  # what the consumer itself saw
+        assert verdicts[group] == ("misrouted" if denied else "ok"), (group, line, verdicts)
+    assert set(verdicts.values()) == {"ok", "misrouted"}, (verdicts, plain.consumed)
+    assert code == 1
+
+
+def test_dns_answers_in_the_capture_name_the_broker(captures: dict[str, Plain]) -> None:
+    """The broker advertises a name; the capture holds the DNS answer that gave the laptop
+    the relay's address for it: identified by DNS (stronger than behaviour, which agrees)."""
+    plain = captures["dns"]
+    assert all("CONSUMED 10" in line for line in plain.consumed.values()), plain.consumed
+    code, report, _ = _verify(plain.path, "--strict")
+    found = _addresses(report)[plain.relays[TANSU_NODE]]
+    assert (found["node"], found["method"]) == (TANSU_NODE, "dns"), found
+    assert found["evidence"].get("behaviour") and found["evidence"]["dns"] == 1
+    assert code == 0 and _verdicts(report) == dict.fromkeys(plain.coordinators, "ok")
+
+
+def test_nothing_checked_says_so_and_fails_strict(captures: dict[str, Plain]) -> None:
+    plain = captures["producer-only"]
+    code, report, err = _verify(plain.path)
+    assert code == 0 and "NOTHING CHECKED: no consumer group" in " ".join(err.split())
+    assert report["nothing_checked"]
+    code, _, err = _verify(plain.path, "--strict")
+    assert code == 1 and "strict: no consumer group" in " ".join(err.split())
+
+
+def test_the_user_names_a_broker_and_wins(
+    captures: dict[str, Plain], cluster: LocalCluster
+) -> None:
+    """--broker ADDRESS=NODE overrides what the traffic says (here, wrongly: so the groups
+    whose coordinator sits there are judged misrouted)."""
+    plain = captures["healthy"]
+    first, second = cluster.mock[0].node_id, cluster.mock[1].node_id
+    code, report, _ = _verify(plain.path, "--broker", f"{plain.relays[first]}={second}")
+    found = _addresses(report)[plain.relays[first]]
+    assert (found["node"], found["method"]) == (second, "user")
+    for group, node in plain.coordinators.items():
+        assert _verdicts(report)[group] == ("misrouted" if node == first else "ok")
+    assert code == 1
+
+
+def test_directories_are_read_recursively(captures: dict[str, Plain], tmp_path: Path) -> None:
+    top = tmp_path / "ci"
+    (top / "day-1" / "run-1").mkdir(parents=True)
+    shutil.copy(captures["healthy"].path, top / "day-1" / "run-1" / "a.pcap")
+    shutil.copy(captures["producer-only"].path, top / "b.pcap")
+    _, report, _ = _verify(top)
+    nested = top / "day-1" / "run-1" / "a.pcap"
+    assert sorted(report["sources"]) == sorted([str(top / "b.pcap"), str(nested)])
+    assert _verdicts(report) == dict.fromkeys(captures["healthy"].coordinators, "ok")
+
+
+def test_spark_and_the_single_process_agree(captures: dict[str, Plain], spark: Any) -> None:
+    for plain in captures.values():
+        local = verify_local([str(plain.path)])
+        remote = verify_spark([str(plain.path)], spark)
+        assert sorted((v.key, v.verdict) for v in local.verdicts) == sorted(
+            (v.key, v.verdict) for v in remote.verdicts
+        )
+        assert local.addresses == remote.addresses
