@@ -34,10 +34,7 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
                 error = connection.describe_transaction_error(key)
                 result["checked_with"] = "DescribeTransactions" if error is not None else None
             else:
-                error = connection.offset_fetch_error(key)
-                if error not in COORDINATOR_ERRORS:
-                    error = connection.heartbeat_error(key)
-                result["checked_with"] = "OffsetFetch, Heartbeat"
+                error, result["checked_with"] = _group_error(connection, key)
     except (OSError, ValueError) as failure:
         result["error"] = f"{type(failure).__name__}: {failure}"
         return result
@@ -46,6 +43,19 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
         return result
     result["ok"] = True
     return result
+
+
+def _group_error(connection: ProbeConnection, group: str) -> tuple[int, str]:
+    """OffsetFetch, then Heartbeat: the first coordinator error, and what was asked. An
+    OffsetFetch answer that cannot be read leaves the check to the Heartbeat, and says so."""
+    try:
+        error = connection.offset_fetch_error(group)
+        asked = "OffsetFetch, Heartbeat"
+    except ConnectionError as failure:  # an answer no schema reads: not a verdict
+        error, asked = 0, f"Heartbeat (the OffsetFetch answer could not be read: {failure})"
+    if error in COORDINATOR_ERRORS:
+        return error, asked
+    return connection.heartbeat_error(group), asked
 
 
 def replay(

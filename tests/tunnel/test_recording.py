@@ -75,6 +75,18 @@ def test_replayed_look_ups_answer_through_the_tunnel_and_not_through_one_forward
     assert all(r["error"] == "NOT_COORDINATOR" for r in direct if not r["ok"])
 
 
+def test_replayed_look_ups_against_tansu(cluster: LocalCluster, make_tunnel: MakeTunnel) -> None:
+    """tansu, the broker with a Kubernetes name the project ships with: its OffsetFetch
+    answers for all topics do not decode ("Buffer is exhausted"); the replay's, for no
+    partition, do, so the group is checked with both requests."""
+    assert cluster.tansu is not None
+    tunnel = make_tunnel(bootstrap=cluster.tansu.address)
+    (result,) = replay([(f"replay-tansu-{uuid.uuid4().hex[:6]}", 0)], tunnel.bootstrap_servers,
+                       None)  # fmt: skip
+    assert result["ok"] and result["coordinator"] == 111, result
+    assert result["checked_with"] == "OffsetFetch, Heartbeat"
+
+
 PASSWORD = b"s3cr3t-Pa55w0rd"
 
 

@@ -255,3 +255,25 @@ def test_spark_and_the_single_process_agree(captures: dict[str, Plain], spark: A
             (v.key, v.verdict) for v in remote.verdicts
         )
         assert local.addresses == remote.addresses
+
+
+def test_a_file_cut_short_is_named_with_its_offset(
+    captures: dict[str, Plain], tmp_path: Path
+) -> None:
+    """tcpdump's pcap and kafkatunnel's pcapng, each cut in the middle of a packet (a copy
+    made while still being written): what precedes is judged, the file is reported with the
+    byte where it ends, and --strict fails the run."""
+    from tests.verify.conftest import ROUTED
+
+    for original in (captures["healthy"].path, sorted(ROUTED.iterdir())[0]):
+        data = original.read_bytes()
+        cut = tmp_path / f"cut-{original.name}"
+        cut.write_bytes(data[: len(data) * 2 // 3])
+        code, report, err = _verify(cut)
+        assert code == 0 and report["groups"], report
+        (where,) = report["cut_short"]
+        offset = int(where.rsplit(" ", 1)[1])
+        assert where.startswith(f"{cut} at byte ") and 0 < offset < len(data) * 2 // 3
+        assert any(f"cut short at byte {offset}" in p for p in report["problems"])
+        code, _, err = _verify(cut, "--strict")
+        assert code == 1 and f"strict: cut short: {cut} at byte {offset}" in " ".join(err.split())
