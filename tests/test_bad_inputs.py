@@ -102,6 +102,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("verify report unwritable",
      ["verify", "--in-process", "{garbage}", "--json", "/proc/kafkatunnel.json"],
      "cannot write /proc/kafkatunnel.json"),
+    ("verify broker malformed", ["verify", "--in-process", "{garbage}", "--broker", "127.0.0.3=2"],
+     "expected ADDRESS=NODE"),
     ("config show unknown command", ["config", "show", "--command", "verify"],
      "'verify' is not one of"),
     ("profile missing", ["--profile", "nosuch", "status"], "profile 'nosuch'"),

@@ -160,6 +160,7 @@ def identify(
     user: Mapping[str, int] | None = None,
 ) -> Identities:
     """Each server address's broker, from the strongest evidence there is."""
+    sightings = list(sightings)
     adverts: dict[str, set[int]] = {}
     for node, address in advertised:
         adverts.setdefault(_normal(address), set()).add(node)

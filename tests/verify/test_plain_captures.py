@@ -148,13 +148,22 @@ def _addresses(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["address"]: a for a in report["addresses"]}
 
 
-def test_one_relay_per_broker_every_group_ok(captures: dict[str, Plain]) -> None:
+def test_one_relay_per_broker_every_group_ok(captures: dict[str, Plain], tmp_path: Path) -> None:
     """No DNS, no recording: each relay address is identified by what it answered, and
-    every group is ok, also with --strict."""
+    every group is ok, also with --strict. The terminal table, the JSON and the HTML show
+    the address map, the files read and that no leak check was possible."""
     plain = captures["healthy"]
     assert all("CONSUMED 20" in line for line in plain.consumed.values()), plain.consumed
-    code, report, _ = _verify(plain.path, "--strict")
+    page = tmp_path / "report.html"
+    code, report, err = _verify(plain.path, "--strict", "--html", str(page))
     assert code == 0, report
+    text = page.read_text()
+    for said in ("Brokers behind the captured addresses", "behaviour", str(plain.path),
+                 "no leak check was possible", *plain.relays.values()):  # fmt: skip
+        assert said in text, said
+    terminal = " ".join(err.split())
+    assert "brokers behind the captured addresses" in terminal
+    assert "plain capture: no leak check was possible" in terminal
     assert _verdicts(report) == dict.fromkeys(plain.coordinators, "ok")
     found = _addresses(report)
     for node, relay in plain.relays.items():
