@@ -110,26 +110,32 @@ def _ip_start(linktype: int, data: memoryview) -> int | None:
     return None
 
 
-def dns_from_udp(packet: Packet, linktype: int) -> bytes | None:
-    """The DNS message of a UDP datagram from port 53, or None for anything else."""
-    data = memoryview(packet.data)
+def _transport(data: memoryview, linktype: int) -> tuple[int, int, int, int] | None:
+    """(IP protocol, where its header starts, where the IP packet ends, where the IP header
+    starts) of an unfragmented IPv4 or IPv6 packet; None for anything else."""
     start = _ip_start(linktype, data)
     if start is None or len(data) < start + 20:
         return None
     version = data[start] >> 4
     if version == 4:
-        ihl = (data[start] & 0x0F) * 4
         total, fragment, protocol, _src, _dst = _IPV4_FIELDS.unpack_from(data, start)
-        if protocol != 17 or fragment & 0x3FFF:
+        if fragment & 0x3FFF:
             return None
-        udp_at, end = start + ihl, start + total if total else len(data)
-    elif version == 6 and len(data) >= start + 40:
+        at = start + (data[start] & 0x0F) * 4
+        return protocol, at, start + total if total else len(data), start
+    if version == 6 and len(data) >= start + 40:
         length, next_header = struct.unpack_from("!HB", data, start + 4)
-        if next_header != 17:
-            return None
-        udp_at, end = start + 40, start + 40 + length
-    else:
+        return next_header, start + 40, start + 40 + length, start
+    return None
+
+
+def dns_from_udp(packet: Packet, linktype: int) -> bytes | None:
+    """The DNS message of a UDP datagram from port 53, or None for anything else."""
+    data = memoryview(packet.data)
+    found = _transport(data, linktype)
+    if found is None or found[0] != 17:
         return None
+    _protocol, udp_at, end, _start = found
     if len(data) < udp_at + 8 or struct.unpack_from("!H", data, udp_at)[0] != 53:
         return None
     return data[udp_at + 8 : min(end, len(data))].tobytes()
@@ -138,26 +144,18 @@ def dns_from_udp(packet: Packet, linktype: int) -> bytes | None:
 def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     """The TCP segment in a captured packet; None for anything else (ARP, UDP, fragments)."""
     data = memoryview(packet.data)
-    start = _ip_start(linktype, data)
-    if start is None or len(data) < start + 20:
+    found = _transport(data, linktype)
+    if found is None or found[0] != 6:
         return None
-    version = data[start] >> 4
-    if version == 4:
-        ihl = (data[start] & 0x0F) * 4
-        total, fragment, protocol, raw_src, raw_dst = _IPV4_FIELDS.unpack_from(data, start)
-        if protocol != 6 or fragment & 0x3FFF:
-            return None
-        src, dst = _v4(raw_src), _v4(raw_dst)
-        tcp_at, end = start + ihl, start + total if total else len(data)
-    elif version == 6 and len(data) >= start + 40:
-        length, next_header = struct.unpack_from("!HB", data, start + 4)
-        if next_header != 6:
-            return None
+    _protocol, tcp_at, end, start = found
+    if data[start] >> 4 == 6:
         src = _v6(data[start + 8 : start + 24].tobytes())
         dst = _v6(data[start + 24 : start + 40].tobytes())
-        tcp_at, end = start + 40, start + 40 + length
     else:
-        return None
+        src, dst = (
+            _v4(data[start + 12 : start + 16].tobytes()),
+            _v4(data[start + 16 : start + 20].tobytes()),
+        )
     if len(data) < tcp_at + 20:
         return None
     sport, dport, seq, _ack, offset, flags = _TCP_FIELDS.unpack_from(data, tcp_at)
