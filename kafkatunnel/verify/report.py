@@ -48,8 +48,15 @@ def address_table(report: Report) -> Table | None:
         evidence = ", ".join(f"{method} {count}" for method, count in entry["evidence"].items())
         if entry["note"]:
             evidence = f"{evidence}; {entry['note']}" if evidence else entry["note"]
+        if entry["ambiguous"]:
+            evidence += "; " + ", ".join(f"at {c['t_ms']} ms: {_who(c['node'])}"
+                                         for c in entry["changes"])  # fmt: skip
         out.add_row(entry["address"], broker, entry["method"] or "unknown", evidence or "none")
     return out
+
+
+def _who(node: int | None) -> str:
+    return "another broker" if node is None else f"broker {node}"
 
 
 def summary_lines(report: Report) -> list[str]:

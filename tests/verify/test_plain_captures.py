@@ -197,9 +197,12 @@ def test_a_relay_to_two_brokers_is_ambiguous(
     plain = captures["alternating"]
     node = plain.alternating
     assert node is not None
-    code, report, _ = _verify(plain.path)
+    code, report, err = _verify(plain.path)
     relay = _addresses(report)[plain.relays[node]]
     assert relay["ambiguous"] and len(relay["changes"]) >= 2, relay
+    first = relay["changes"][0]
+    who = "another broker" if first["node"] is None else f"broker {first['node']}"
+    assert f"at {first['t_ms']} ms: {who}" in " ".join(err.split())
     assert "answers as broker" in relay["note"], relay
     verdicts = _verdicts(report)
     for group, line in plain.consumed.items():
