@@ -183,6 +183,7 @@ def identify(
             server, recorded.get(server), adverts.get(server, set()),
             by_dns.get(server, set()), shown.get(server, []), user.get(server),
         )  # fmt: skip
+        _note_refusals(identity, shown.get(server, []))
         out.addresses[server] = identity
         if identity.ambiguous:
             for conn, (_ts, node) in _connections(shown.get(server, [])).items():
@@ -279,6 +280,21 @@ def _identify_one(
         (identity.node,) = behaviour
         identity.method = BEHAVIOUR
     return identity
+
+
+def _note_refusals(identity: Identity, shown: list[Shown]) -> None:
+    """Say which brokers the address is not: NOT_COORDINATOR for keys they coordinate, on
+    connections that never answered as them (the single port-forward failure's mark)."""
+    if identity.ambiguous or identity.method == USER:
+        return
+    refused = sorted({node for _ts, _conn, node, answered in shown if not answered})
+    if not refused:
+        return
+    which = ", ".join(f"broker {n}" for n in refused)
+    said = f"answered NOT_COORDINATOR for keys {which} coordinates"
+    if identity.node in refused:
+        said += f": it does not lead to broker {identity.node}"
+    identity.note = f"{identity.note}; {said}" if identity.note else said
 
 
 def _changes(shown: list[Shown], behaviour: set[int]) -> list[tuple[int, int | None]]:

@@ -70,10 +70,21 @@ def test_behaviour_that_contradicts_an_advertised_address_wins_and_says_so() -> 
     assert identity.note == "advertised evidence says broker 1, but it answers as broker 0"
 
 
-def test_denials_alone_identify_nothing() -> None:
+def test_denials_alone_identify_nothing_and_say_who_it_is_not() -> None:
     found = identify([RELAY], sightings=[_seen("c1", 2, answered=0, denied=4)])
-    assert found.addresses[RELAY].node is None
-    assert not found.addresses[RELAY].ambiguous
+    identity = found.addresses[RELAY]
+    assert identity.node is None and not identity.ambiguous
+    assert identity.note == "answered NOT_COORDINATOR for keys broker 2 coordinates"
+
+
+def test_denials_of_the_advertised_broker_say_the_address_leads_elsewhere() -> None:
+    """The single port-forward failure with brokers that advertise addresses: broker 1's
+    address is advertised, and answers NOT_COORDINATOR for everything broker 1 coordinates."""
+    found = identify([RELAY], advertised=[(1, RELAY)], sightings=[_seen("c1", 1, 0, 3)])
+    identity = found.addresses[RELAY]
+    assert (identity.node, identity.method) == (1, ADVERTISED)
+    assert identity.note == ("answered NOT_COORDINATOR for keys broker 1 coordinates: it does "
+                             "not lead to broker 1")  # fmt: skip
 
 
 def test_two_brokers_behind_one_address_is_ambiguous_per_connection() -> None:

@@ -185,7 +185,12 @@ def test_one_relay_for_every_broker_misroutes_exactly_the_others(
         g: "ok" if node == target else "misrouted" for g, node in plain.coordinators.items()
     }
     assert _verdicts(report) == expected
-    assert _addresses(report)[plain.relays[target]]["node"] == target
+    found = _addresses(report)
+    assert found[plain.relays[target]]["node"] == target
+    for node, relay in plain.relays.items():  # the others say whom they are not
+        if node != target:
+            said = f"answered NOT_COORDINATOR for keys broker {node} coordinates"
+            assert found[relay]["node"] is None and said in found[relay]["note"], found[relay]
 
 
 def test_a_relay_to_two_brokers_is_ambiguous(
