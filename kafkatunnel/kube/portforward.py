@@ -102,8 +102,8 @@ class PortForward:
         raises its KubectlError at once: waiting would not change the answer."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            if self._refused.is_set() and self.last_error is not None:
-                raise KubectlError(self.last_error, permanent=True)
+            if self._refused.is_set():
+                raise KubectlError(self.last_error or "kubectl was refused", permanent=True)
             left = deadline - asyncio.get_running_loop().time()
             ready = asyncio.ensure_future(self._ready.wait())
             refused = asyncio.ensure_future(self._refused.wait())
