@@ -29,25 +29,57 @@ LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 
 _IP_ETHERTYPES = (b"\x08\x00", b"\x86\xdd")
-_IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _IPV4_FIELDS = struct.Struct("!2xH2xH1xB2x4s4s")  # total length, fragment, protocol, addresses
 _TCP_FIELDS = struct.Struct("!HHIIBB")
-_TCP = struct.Struct("!HHIIBBHHH")
-
-
+# An IPv4 header without options and a TCP header, written in one pack.
+_IPV4_TCP = struct.Struct("!BBHHHBBH4s4sHHIIBBHHH")
+_IPV6_TCP = struct.Struct("!IHBB16s16sHHIIBBHHH")
 _IPV4_WORDS = struct.Struct("!10H")  # an IPv4 header without options, as 16-bit words
+_IPV4_FLAGS, _TTL, _TCP_PROTOCOL, _TCP_HEADER_WORDS = 0x4000, 64, 6, 5 << 4
+_HEADERS = 40  # an IPv4 header and a TCP header, both without options
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) == _IPV4_WORDS.size:  # every header this module writes: no format to parse
-        total: int = sum(_IPV4_WORDS.unpack(data))
-    else:
-        if len(data) % 2:
-            data += b"\x00"
-        total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+class Flow:
+    """One direction of a synthetic TCP conversation. Its addresses and ports never change,
+    so the IP header's fixed words (and their share of the IPv4 checksum) are worked out
+    once: a segment then costs one pack, which a recording does for every frame."""
+
+    __slots__ = ("_dport", "_dst", "_partial", "_sport", "_src", "_v4")
+
+    def __init__(self, src: tuple[str, int], dst: tuple[str, int]) -> None:
+        source, dest = _address(src[0]), _address(dst[0])
+        self._sport, self._dport = src[1], dst[1]
+        self._v4 = source.version == 4 and dest.version == 4
+        if self._v4:
+            self._src, self._dst = source.packed, dest.packed
+            fixed = _IPV4_TCP.pack(
+                0x45, 0, 0, 0, _IPV4_FLAGS, _TTL, _TCP_PROTOCOL, 0, self._src, self._dst,
+                0, 0, 0, 0, 0, 0, 0, 0, 0,
+            )[:20]  # fmt: skip
+            self._partial = sum(_IPV4_WORDS.unpack(fixed))  # all but the total length
+        else:  # IPv4 addresses in an IPv6 conversation are written as mapped addresses
+            self._src, self._dst = _as_v6(source).packed, _as_v6(dest).packed
+            self._partial = 0
+
+    def segment(self, seq: int, ack: int, flags: int, payload: bytes) -> bytes:
+        """One IP packet holding one TCP segment. The TCP checksum is left zero, as a
+        capture of checksum offload shows it; the IPv4 header checksum is correct."""
+        seq &= 0xFFFFFFFF
+        ack &= 0xFFFFFFFF
+        if self._v4:
+            total = _HEADERS + len(payload)
+            checksum = self._partial + total
+            checksum = (checksum & 0xFFFF) + (checksum >> 16)
+            checksum = ~((checksum & 0xFFFF) + (checksum >> 16)) & 0xFFFF
+            return _IPV4_TCP.pack(
+                0x45, 0, total, 0, _IPV4_FLAGS, _TTL, _TCP_PROTOCOL, checksum, self._src,
+                self._dst, self._sport, self._dport, seq, ack, _TCP_HEADER_WORDS, flags,
+                65535, 0, 0,
+            ) + payload  # fmt: skip
+        return _IPV6_TCP.pack(
+            6 << 28, 20 + len(payload), _TCP_PROTOCOL, _TTL, self._src, self._dst,
+            self._sport, self._dport, seq, ack, _TCP_HEADER_WORDS, flags, 65535, 0, 0,
+        ) + payload  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -56,22 +88,17 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(text)
 
 
+def _as_v6(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv6Address:
+    if isinstance(address, ipaddress.IPv6Address):
+        return address
+    return ipaddress.IPv6Address(f"::ffff:{address}")
+
+
 def ip_tcp_segment(
     src: tuple[str, int], dst: tuple[str, int], seq: int, ack: int, flags: int, payload: bytes
 ) -> bytes:
-    """One IPv4 (or IPv6) packet holding a TCP segment. The TCP checksum is left zero, as a
-    capture of checksum offload shows it; the IPv4 header checksum is correct."""
-    tcp = _TCP.pack(src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, 65535, 0, 0)
-    source, dest = _address(src[0]), _address(dst[0])
-    if source.version == 4 and dest.version == 4:
-        total = 20 + len(tcp) + len(payload)
-        header = _IPV4.pack(0x45, 0, total, 0, 0x4000, 64, 6, 0, source.packed, dest.packed)
-        header = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
-        return header + tcp + payload
-    src6 = ipaddress.IPv6Address(f"::ffff:{source}") if source.version == 4 else source
-    dst6 = ipaddress.IPv6Address(f"::ffff:{dest}") if dest.version == 4 else dest
-    header = struct.pack("!IHBB", 6 << 28, len(tcp) + len(payload), 6, 64)
-    return header + src6.packed + dst6.packed + tcp + payload
+    """One IP packet holding a TCP segment from src to dst (see Flow.segment)."""
+    return Flow(src, dst).segment(seq, ack, flags, payload)
 
 
 class Segment(NamedTuple):

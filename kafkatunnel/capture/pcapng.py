@@ -65,11 +65,22 @@ def interface_description(name: str, description: str, linktype: int = LINKTYPE_
     return _block(INTERFACE_DESCRIPTION, body)
 
 
+_ENHANCED_PACKET_HEAD = struct.Struct("<IIIIIII")  # block type, length, then the packet's
+
+
 def enhanced_packet(interface: int, timestamp_ns: int, packet: bytes) -> bytes:
-    head = struct.pack(
-        "<IIIII", interface, timestamp_ns >> 32, timestamp_ns & 0xFFFFFFFF, len(packet), len(packet)
-    )
-    return _block(ENHANCED_PACKET, head + _pad(packet))
+    """One packet in a block (one pack and one join: a recording writes one per frame)."""
+    size = len(packet)
+    padding = -size % 4
+    total = 32 + size + padding
+    head = _ENHANCED_PACKET_HEAD.pack(
+        ENHANCED_PACKET, total, interface, timestamp_ns >> 32, timestamp_ns & 0xFFFFFFFF,
+        size, size,
+    )  # fmt: skip
+    return b"".join((head, packet, _PADDING[padding], _U32.pack(total)))
+
+
+_PADDING = (b"", b"\0", b"\0\0", b"\0\0\0")
 
 
 @dataclass(frozen=True, slots=True)

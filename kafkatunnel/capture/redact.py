@@ -214,23 +214,30 @@ def cut_spans(parts: Sequence[Part], spans: Sequence[tuple[int, int]], compact: 
     replaced too, and the size prefix made to fit. No walk: the relay walked it already.
     Raises ProtocolError when the parts do not fit the spans."""
     reader = _Parts(parts)
-    out = bytearray()
-    empty = wire.write_uvarint(1) if compact else wire.write_int32(0)
+    kept: list[bytes] = []
+    empty = _EMPTY_COMPACT if compact else _EMPTY_INT32
     at = 0
     for start, end in spans:
         length = end - start
         prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
         if start - len(prefix) < at:
             raise MalformedMessage("record sets overlap")
-        out += reader.take(start - len(prefix) - at)
+        kept.append(reader.take(start - len(prefix) - at))
         if reader.take(len(prefix)) != prefix:
             raise MalformedMessage("a record set's length is not where the relay found it")
-        out += empty
+        kept.append(empty)
         reader.skip(length)
         at = end
-    out += reader.take(reader.left)
-    out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
-    return bytes(out)
+    kept.append(reader.take(reader.left))
+    if len(kept[0]) < SIZE_PREFIX:
+        raise MalformedMessage("a record set lies in a frame's size prefix")
+    size = sum(map(len, kept)) - SIZE_PREFIX
+    kept[0] = kept[0][SIZE_PREFIX:]
+    return b"".join((size.to_bytes(SIZE_PREFIX, "big"), *kept))
+
+
+_EMPTY_COMPACT = wire.write_uvarint(1)
+_EMPTY_INT32 = wire.write_int32(0)
 
 
 class _Parts:
@@ -247,14 +254,21 @@ class _Parts:
     def take(self, size: int) -> bytes:
         if size > self.left:
             raise MalformedMessage("a field runs past the end of its frame")
+        if not size:
+            return b""
+        part = self.parts[self.index]
+        if not isinstance(part, int) and self.offset + size <= len(part):  # the usual case
+            piece = bytes(part[self.offset : self.offset + size])
+            self._advance(size, len(part))
+            return piece
         taken = bytearray()
         while len(taken) < size:
             part = self.parts[self.index]
             if isinstance(part, int):
                 raise MalformedMessage("bytes that passed unread are not record data")
-            piece = part[self.offset : self.offset + size - len(taken)]
-            taken += piece
-            self._advance(len(piece), len(part))
+            more = part[self.offset : self.offset + size - len(taken)]
+            taken += more
+            self._advance(len(more), len(part))
         return bytes(taken)
 
     def skip(self, size: int) -> None:

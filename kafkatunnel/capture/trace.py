@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, ip_tcp_segment
+from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, Flow
 from kafkatunnel.capture.redact import Part, Records, redact_request, redact_response
 from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
@@ -37,12 +37,13 @@ class Seen(NamedTuple):
 
 class SeenFrames:
     """One direction of a connection cut into frames from what a recording saw of it: the
-    chunks the relay read, and counts of bytes it passed unread."""
+    bytes the relay read, and counts of bytes it passed unread."""
 
     def __init__(self, max_frame_size: int) -> None:
         self.max_frame_size = max_frame_size
-        self._read = bytearray()  # of the current frame, since its last unread run
-        self._parts: list[Part] = []  # of the current frame, before _read
+        self._prefix = bytearray()  # a size prefix split between reads
+        self._pieces: list[bytes] = []  # read of the current frame, since its last unread run
+        self._parts: list[Part] = []  # of the current frame, before _pieces
         self._missing = -1  # bytes of the current frame not seen yet; -1: its size unknown
         self._frame_start = 0  # stream offset of the current frame
         self._next_frame = 0
@@ -53,19 +54,34 @@ class SeenFrames:
         says so before it hands over the frame's last bytes)."""
         self._records[start] = (spans, compact)
 
-    def feed(self, chunk: bytes | memoryview, frames: list[Seen]) -> None:
-        view = memoryview(chunk)
-        while view:
+    def feed(self, data: bytes, frames: list[Seen]) -> None:
+        """The next bytes of the stream, as the relay read them."""
+        pos, end = 0, len(data)
+        while pos < end:
             if self._missing < 0:
-                take = SIZE_PREFIX - len(self._read)
-                self._read += view[:take]
-                view = view[take:]
-                if len(self._read) == SIZE_PREFIX:
-                    self._size()
-            else:
-                take = min(self._missing, len(view))
-                self._read += view[:take]
-                view = view[take:]
+                if self._prefix or end - pos < SIZE_PREFIX:  # a size prefix cut by a read
+                    take = min(SIZE_PREFIX - len(self._prefix), end - pos)
+                    self._prefix += data[pos : pos + take]
+                    pos += take
+                    if len(self._prefix) < SIZE_PREFIX:
+                        return
+                    prefix = bytes(self._prefix)
+                    self._prefix.clear()
+                    self._size(prefix)
+                else:
+                    prefix = data[pos : pos + SIZE_PREFIX]
+                    size = self._size(prefix)
+                    if end - pos - SIZE_PREFIX >= size:  # the whole frame is here: one slice
+                        frame, pos = data[pos : pos + SIZE_PREFIX + size], pos + SIZE_PREFIX + size
+                        self._missing = -1
+                        frames.append(Seen(frame, self._records.pop(self._frame_start, None)))
+                        continue
+                    pos += SIZE_PREFIX
+                self._pieces.append(prefix)
+            take = min(self._missing, end - pos)
+            if take:
+                self._pieces.append(data[pos : pos + take])
+                pos += take
                 self._missing -= take
             if not self._missing:
                 frames.append(self._finish())
@@ -73,25 +89,27 @@ class SeenFrames:
     def unread(self, count: int, frames: list[Seen]) -> None:
         if count > self._missing:  # also: before a frame's size was seen
             raise MalformedMessage(f"{count} bytes passed unread outside a frame's body")
-        if self._read:
-            self._parts.append(bytes(self._read))
-            self._read.clear()
+        if self._pieces:
+            self._parts.append(b"".join(self._pieces))
+            self._pieces.clear()
         self._parts.append(count)
         self._missing -= count
         if not self._missing:
             frames.append(self._finish())
 
-    def _size(self) -> None:
-        size = int.from_bytes(self._read[:SIZE_PREFIX], "big", signed=True)
+    def _size(self, prefix: bytes) -> int:
+        """Start the frame whose size prefix this is."""
+        size = int.from_bytes(prefix, "big", signed=True)
         if size < 0 or size > self.max_frame_size:
             raise FrameSizeError(f"frame size {size} is outside 0 to {self.max_frame_size}")
         self._missing = size
         self._frame_start = self._next_frame
         self._next_frame += SIZE_PREFIX + size
+        return size
 
     def _finish(self) -> Seen:
-        read = bytes(self._read)
-        self._read.clear()
+        read = b"".join(self._pieces)
+        self._pieces.clear()
         self._missing = -1
         records = self._records.pop(self._frame_start, None)
         if not self._parts:
@@ -117,6 +135,8 @@ class ConnectionTrace:
         self._responses = SeenFrames(max_frame_size)
         # correlation id -> (api key, version); None: a request this trace did not keep
         self._pending: dict[int, tuple[int, int] | None] = {}
+        self._to_server = Flow(client, server)
+        self._to_client = Flow(server, client)
         self._client_seq = CLIENT_ISN + 1
         self._server_seq = SERVER_ISN + 1
         self.broken: str | None = None  # why this trace stopped following the stream
@@ -126,9 +146,9 @@ class ConnectionTrace:
     def opened(self) -> list[bytes]:
         """The handshake, so a reader sees the connection from its start."""
         return [
-            ip_tcp_segment(self.client, self.server, CLIENT_ISN, 0, SYN, b""),
-            ip_tcp_segment(self.server, self.client, SERVER_ISN, CLIENT_ISN + 1, SYN | ACK, b""),
-            ip_tcp_segment(self.client, self.server, CLIENT_ISN + 1, SERVER_ISN + 1, ACK, b""),
+            self._to_server.segment(CLIENT_ISN, 0, SYN, b""),
+            self._to_client.segment(SERVER_ISN, CLIENT_ISN + 1, SYN | ACK, b""),
+            self._to_server.segment(CLIENT_ISN + 1, SERVER_ISN + 1, ACK, b""),
         ]
 
     def from_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
@@ -201,9 +221,9 @@ class ConnectionTrace:
     def closed(self) -> list[bytes]:
         client, server = self._client_seq, self._server_seq
         return [
-            ip_tcp_segment(self.client, self.server, client, server, FIN | ACK, b""),
-            ip_tcp_segment(self.server, self.client, server, client + 1, FIN | ACK, b""),
-            ip_tcp_segment(self.client, self.server, client + 1, server + 1, ACK, b""),
+            self._to_server.segment(client, server, FIN | ACK, b""),
+            self._to_client.segment(server, client + 1, FIN | ACK, b""),
+            self._to_server.segment(client + 1, server + 1, ACK, b""),
         ]
 
     def _frames(
@@ -213,8 +233,9 @@ class ConnectionTrace:
             return []
         frames: list[Seen] = []
         try:
-            for chunk in chunks:
-                seen.feed(chunk, frames)
+            data = b"".join(chunks)  # the relay's chunks of one read (no copy when one)
+            if data:
+                seen.feed(data, frames)
             if unread:
                 seen.unread(unread, frames)
         except ProtocolError as error:
@@ -223,15 +244,15 @@ class ConnectionTrace:
         return frames
 
     def _segments(self, data: bytes, to_server: bool) -> list[bytes]:
-        out = []
-        for start in range(0, len(data), MAX_SEGMENT):
-            piece = data[start : start + MAX_SEGMENT]
-            if to_server:
-                seq, ack = self._client_seq, self._server_seq
-                out.append(ip_tcp_segment(self.client, self.server, seq, ack, PSH | ACK, piece))
-                self._client_seq += len(piece)
-            else:
-                seq, ack = self._server_seq, self._client_seq
-                out.append(ip_tcp_segment(self.server, self.client, seq, ack, PSH | ACK, piece))
-                self._server_seq += len(piece)
-        return out
+        if to_server:
+            flow, seq, ack = self._to_server, self._client_seq, self._server_seq
+            self._client_seq += len(data)
+        else:
+            flow, seq, ack = self._to_client, self._server_seq, self._client_seq
+            self._server_seq += len(data)
+        if len(data) <= MAX_SEGMENT:
+            return [flow.segment(seq, ack, PSH | ACK, data)] if data else []
+        return [
+            flow.segment(seq + start, ack, PSH | ACK, data[start : start + MAX_SEGMENT])
+            for start in range(0, len(data), MAX_SEGMENT)
+        ]

@@ -9,7 +9,8 @@ plus tagged fields (v1) for flexible versions, except ApiVersions which always a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import struct
+from typing import NamedTuple
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
@@ -21,8 +22,9 @@ CONTROLLED_SHUTDOWN = 7
 PRODUCE = 0
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """(A named tuple: the relay makes one per request, a recording another.)"""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -46,22 +48,21 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if is_flexible(api_key, api_version, EntityType.response) else 0
 
 
+_FIXED_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
 def parse_request_header(frame: bytes) -> RequestHeader:
     """The header of a request frame (size prefix included).
 
     The fields every header version shares are always parsed; the body offset only when the
     API and version are known, because only then is the header version known.
     """
-    buf = frame
-    pos = SIZE_PREFIX
-    if len(buf) < SIZE_PREFIX + 8:
+    if len(frame) < SIZE_PREFIX + 8:
         raise MalformedMessage(
-            f"a request of {len(buf) - SIZE_PREFIX} bytes is too short for a request header "
+            f"a request of {len(frame) - SIZE_PREFIX} bytes is too short for a request header "
             "(api key, version and correlation id need 8)"
         )
-    api_key, pos = wire.read_int16(buf, pos)
-    api_version, pos = wire.read_int16(buf, pos)
-    correlation_id, pos = wire.read_int32(buf, pos)
+    api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, SIZE_PREFIX)
     if api_key < 0 or api_version < 0:
         raise MalformedMessage(
             f"request header has api key {api_key} and version {api_version}: not a Kafka request"
@@ -70,12 +71,17 @@ def parse_request_header(frame: bytes) -> RequestHeader:
         header_version = request_header_version(api_key, api_version)
     except ProtocolError:
         header_version = None
+    pos = SIZE_PREFIX + 8
     client_id: str | None = None
     if header_version != 0:
-        client_id, pos = wire.read_string(buf, pos, compact=False)
+        client_id, pos = wire.read_string(frame, pos, compact=False)
     body_offset: int | None = pos
     if header_version == 2:
-        body_offset = wire.skip_tagged_fields(buf, pos)
+        # almost always no tagged fields: one zero byte
+        if pos < len(frame) and frame[pos] == 0:
+            body_offset = pos + 1
+        else:
+            body_offset = wire.skip_tagged_fields(frame, pos)
     elif header_version is None:
         body_offset = None
     return RequestHeader(api_key, api_version, correlation_id, client_id, body_offset)
