@@ -8,6 +8,23 @@ KT_VENV="${KT_VENV:-$KT_ROOT/.venv}"
 
 kt_log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
+# apt-get as root, waiting up to 5 minutes for the package database when another apt-get
+# (a machine's first-boot updates, say) holds its lock, instead of failing at once.
+# `apt-get update` ignores that option (apt 2.6), so it is retried while the lock is held.
+kt_apt() {
+  kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@"
+}
+kt_apt_update() {
+  local deadline=$((SECONDS + 300)) out
+  until out="$(kt_apt update -qq 2>&1)"; do
+    if [[ "$out" != *"Could not get lock"* ]] || [ "$SECONDS" -ge "$deadline" ]; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    sleep 2
+  done
+}
+
 kt_as_root() {
   if [ "$(id -u)" = 0 ]; then "$@";
   elif command -v sudo >/dev/null 2>&1; then sudo "$@";
@@ -34,8 +51,8 @@ kt_apt_packages() {
     return 0
   fi
   kt_log "installing Debian packages: ${missing[*]}"
-  kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  kt_apt_update
+  kt_apt install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
 }
 
@@ -67,7 +84,7 @@ kt_resolved_for_tests() {
   kt_log "unpacking systemd-resolved (for the tests) into $target"
   work="$(mktemp -d)" && chmod 755 "$work"
   if ! (cd "$work" && apt-get download -q systemd-resolved >/dev/null 2>&1); then
-    kt_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq  # no package lists yet
+    kt_apt_update  # no package lists yet
     (cd "$work" && apt-get download -q systemd-resolved >/dev/null)
   fi
   mkdir -p "$target"
