@@ -22,11 +22,14 @@ from kafkatunnel.protocol.schema import known_versions
 from kafkatunnel.verify.identity import DnsAnswer
 from kafkatunnel.verify.resolutions import TcpDnsStream, answers_in
 
-# Requests and responses whose bodies verify reads: coordinator-scoped APIs, and answers
-# that can name brokers. Everything else is counted, not kept.
+# Requests and responses whose bodies verify reads: coordinator-scoped APIs, answers that
+# can name brokers, and answers only a partition's leader gives (Produce, Fetch and
+# ListOffsets; of their requests only Fetch's, for its rack). Everything else is counted.
 COORDINATOR_APIS = {8, 9, 11, 12, 13, 14, 15, 22, 24, 25, 26, 28, 42, 47, 65, 68, 69}
 ADDRESS_APIS = {0, 1, 3, 10, 55, 60, 78, 79}
 KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
+KEPT_REQUESTS = KEPT_APIS | {1}
+KEPT_RESPONSES = KEPT_APIS | ADDRESS_APIS | {2}
 MAX_OUT_OF_ORDER = 256  # segments held waiting for a gap to fill before giving up on a flow
 
 
@@ -283,7 +286,7 @@ class FileDecoder:
             return
         if self.frame_log is not None:
             self.frame_log.append((header.api_key, header.correlation_id, True))
-        kept = whole if header.api_key in KEPT_APIS else None
+        kept = whole if header.api_key in KEPT_REQUESTS else None
         call = Call(flow.conn, header.api_key, header.api_version, header.correlation_id, ts, kept)
         if wanted:  # acks=0 Produce requests are answered by nothing and verify nothing
             flow.pending[header.correlation_id] = call
@@ -300,7 +303,7 @@ class FileDecoder:
             self.orphans.append(Orphan(flow.conn, correlation, ts, whole))
             return
         call.response_ts = ts
-        if call.api_key in KEPT_APIS or call.api_key in ADDRESS_APIS:
+        if call.api_key in KEPT_RESPONSES:
             call.response = whole
         self.calls.append(call)
 

@@ -1,7 +1,9 @@
 """What each call says that routing verification needs, as small events.
 
-LOOKUP: a FindCoordinator answer (key, the node and address it names, error).
-CALL: a coordinator-scoped request and its answer's error, per group or transactional id.
+LOOKUP: a FindCoordinator answer (key, the node and address it names, error); or, for a
+partition, the leader a Metadata answer names.
+CALL: a coordinator-scoped request and its answer's error, per group or transactional id;
+or a Produce, Fetch or ListOffsets answer's error, per partition.
 BROKERS / LEADERS: which node has which address; who leads the internal topics' partitions.
 NAMED: an address a client-facing answer named (for the leak check).
 Bodies are decoded with kio (generated from Kafka's JSON schemas); addresses are found by
@@ -26,9 +28,19 @@ from kafkatunnel.protocol.headers import (
 )
 from kafkatunnel.protocol.rewrite import addresses_in
 from kafkatunnel.verify.calls import ADDRESS_APIS, COORDINATOR_APIS, Call, Conn
+from kafkatunnel.verify.partitions import (
+    FETCH,
+    LEADER_APIS,
+    METADATA,
+    NOT_LEADER_OR_FOLLOWER,
+    PartitionAnswer,
+    fetch_rack,
+    partition_answers,
+    partition_key,
+)
 
 LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", "named"
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, PARTITION = 0, 1, 2  # what an event's key is
 INTERNAL_TOPICS = {"__consumer_offsets": GROUP, "__transaction_state": TRANSACTION}
 JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
 
@@ -40,7 +52,7 @@ class Event(NamedTuple):
     ts: int
     conn: Conn
     api_key: int
-    key: str | None = None  # group id or transactional id
+    key: str | None = None  # group id, transactional id, or topic:partition
     key_type: int = GROUP
     error: int | None = None  # None: never answered in the recording
     node: int | None = None  # LOOKUP: the coordinator named; NAMED: the node named
@@ -223,15 +235,55 @@ def _lookups(call: Call, request: Any, response: Any) -> list[Event]:
     ]
 
 
-def _leaders(response: Any) -> tuple[tuple[int, int, int], ...]:
+def _leaders(answers: list[PartitionAnswer]) -> tuple[tuple[int, int, int], ...]:
     found = []
-    for topic in response.topics:
-        key_type = INTERNAL_TOPICS.get(str(topic.name))
-        if key_type is None:
-            continue
-        for partition in topic.partitions:
-            found.append((key_type, int(partition.partition_index), int(partition.leader_id)))
+    for answer in answers:
+        key_type = INTERNAL_TOPICS.get(answer.topic or "")
+        if key_type is not None and answer.leader is not None:
+            found.append((key_type, answer.partition, answer.leader))
     return tuple(found)
+
+
+def _answers(call: Call) -> list[PartitionAnswer]:
+    assert call.response is not None
+    body = response_body_offset(call.response, call.api_key, call.api_version)
+    return partition_answers(call.response, call.api_key, call.api_version, body)
+
+
+def _partition_keys(answer: PartitionAnswer) -> list[str]:
+    """A partition's keys: by topic name and by topic id (Fetch v13+ names only the id)."""
+    keys = [] if answer.topic is None else [partition_key(answer.topic, answer.partition)]
+    if answer.topic_id is not None:
+        keys.append(partition_key(answer.topic_id, answer.partition))
+    return keys
+
+
+def _led(call: Call, answers: list[PartitionAnswer], ts: int) -> list[Event]:
+    """What a Metadata answer says of who leads each (non-internal) partition."""
+    return [
+        Event(LOOKUP, ts, call.conn, METADATA, key, PARTITION, 0, answer.leader)
+        for answer in answers
+        if answer.error == 0 and answer.leader is not None and answer.leader >= 0
+        and answer.topic not in INTERNAL_TOPICS
+        for key in _partition_keys(answer)
+    ]  # fmt: skip
+
+
+def _partition_calls(call: Call) -> list[Event]:
+    """A leader-only answer's verdict on each partition: served (it leads it) or
+    NOT_LEADER_OR_FOLLOWER (it does not); other errors say nothing of leadership."""
+    if call.api_key == FETCH and call.request is not None:
+        header = parse_request_header(call.request)
+        if header.body_offset is not None and fetch_rack(
+            call.request, call.api_version, header.body_offset
+        ):
+            return []  # a rack-aware consumer may be fetching from a follower
+    return [
+        Event(CALL, call.request_ts, call.conn, call.api_key, key, PARTITION, answer.error)
+        for answer in _answers(call)
+        if answer.error in (0, NOT_LEADER_OR_FOLLOWER)
+        for key in _partition_keys(answer)[:1]
+    ]
 
 
 def events_of(call: Call) -> list[Event]:
@@ -248,12 +300,14 @@ def events_of(call: Call) -> list[Event]:
         if call.api_key in (3, 60) and seen:
             brokers = tuple((a.node_id, f"{a.host}:{a.port}") for a in seen)
             out.append(Event(BROKERS, response_ts, call.conn, call.api_key, brokers=brokers))
-    response = call.response
-    internal = response is not None and any(n.encode() in response for n in INTERNAL_TOPICS)
-    if call.api_key == 3 and internal:
-        leaders = _leaders(_response(call))
+    if call.api_key == METADATA and call.response is not None:
+        answers = _answers(call)
+        leaders = _leaders(answers)
         if leaders:
-            out.append(Event(LEADERS, response_ts, call.conn, 3, leaders=leaders))
+            out.append(Event(LEADERS, response_ts, call.conn, METADATA, leaders=leaders))
+        out.extend(_led(call, answers, response_ts))
+    elif call.api_key in LEADER_APIS and call.response is not None:
+        out.extend(_partition_calls(call))
     if call.request is None:
         return out
     if call.api_key == 10 and call.response is not None:

@@ -10,7 +10,9 @@ connections go to `127.0.0.3:9092`. The evidence, strongest first:
 - dns: a DNS answer inside the capture maps the broker's advertised name to the address;
 - behaviour: on a connection to the address, coordinator-scoped requests for keys that
   broker N coordinates (per the FindCoordinator answer in force) were answered without a
-  coordinator error: broker N is there. NOT_COORDINATOR says who is not;
+  coordinator error, or Produce, Fetch and ListOffsets requests for partitions that N
+  leads (per the Metadata answer in force) were served: broker N is there.
+  NOT_COORDINATOR and NOT_LEADER_OR_FOLLOWER say who is not;
 - user: `--broker ADDRESS=NODE`, which wins over everything.
 
 Behaviour is what the address did: when it answers as a broker other than the one a weaker
@@ -34,18 +36,25 @@ from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS, NOT_COORDINATOR
 
 USER, RECORDING, ADVERTISED, DNS, BEHAVIOUR = "user", "recording", "advertised", "dns", "behaviour"
 METHODS = (USER, RECORDING, ADVERTISED, DNS, BEHAVIOUR)  # strongest first
+COORDINATOR, LEADER = "coordinator", "leader"  # what a piece of behaviour was about
+REFUSALS = {
+    COORDINATOR: "NOT_COORDINATOR for keys {} coordinates",
+    LEADER: "NOT_LEADER_OR_FOLLOWER for partitions {} leads",
+}
 
 
 class Sighting(NamedTuple):
-    """What one connection's coordinator-scoped answers said about one broker: answered
-    (the broker coordinates these keys: it is there) or denied (NOT_COORDINATOR: it is not)."""
+    """What one connection's answers for one key said about one broker: answered (the
+    broker coordinates the group, or leads the partition: it is there) or denied
+    (NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER: it is not)."""
 
     conn: str  # the connection's key
     server: str
     ts: int  # the first such answer
-    node: int  # the coordinator FindCoordinator named for the key then
+    node: int  # the coordinator FindCoordinator (the leader Metadata) named for the key then
     answered: int
     denied: int
+    about: str = COORDINATOR  # or LEADER
 
 
 class DnsAnswer(NamedTuple):
@@ -60,6 +69,7 @@ class Identity:
     node: int | None
     method: str | None  # None: not identified
     evidence: dict[str, int] = field(default_factory=dict)  # method -> pieces seen
+    behaviour: dict[str, int] = field(default_factory=dict)  # about -> answers as its node
     changes: list[tuple[int, int | None]] = field(default_factory=list)  # ambiguous: (ts, node)
     note: str | None = None
 
@@ -74,6 +84,7 @@ class Identity:
             "node": self.node,
             "method": self.method,
             "evidence": self.evidence,
+            "behaviour": self.behaviour,
             "ambiguous": self.ambiguous,
             "changes": [{"t_ms": round((ts - start) / 1e6, 3), "node": n} for ts, n in changes],
             "note": self.note,
@@ -98,10 +109,12 @@ class Identities:
 
 def sightings_of(events: Iterable[Any]) -> list[Sighting]:
     """One key's events (LOOKUP and CALL, any order) -> per connection and named node, how
-    often the answers were a coordinator's and how often NOT_COORDINATOR."""
-    from kafkatunnel.verify.events import CALL, LOOKUP
+    often the answers were the named broker's and how often they denied being it."""
+    from kafkatunnel.verify.events import CALL, LOOKUP, PARTITION
+    from kafkatunnel.verify.partitions import NOT_LEADER_OR_FOLLOWER
 
     named: int | None = None
+    about = COORDINATOR
     found: dict[tuple[str, int], list[Any]] = {}
     for event in sorted(events, key=lambda e: (e.ts, e.kind != LOOKUP)):
         if event.kind == LOOKUP:
@@ -112,8 +125,12 @@ def sightings_of(events: Iterable[Any]) -> list[Sighting]:
             continue
         if event.conn.node is not None:
             continue  # a recording's listener says it already
-        answered = event.error not in COORDINATOR_ERRORS
-        denied = event.error == NOT_COORDINATOR
+        if event.key_type == PARTITION:
+            about = LEADER
+            answered, denied = event.error == 0, event.error == NOT_LEADER_OR_FOLLOWER
+        else:
+            answered = event.error not in COORDINATOR_ERRORS
+            denied = event.error == NOT_COORDINATOR
         if not (answered or denied):
             continue
         seen = found.get((event.conn.key, named))
@@ -123,7 +140,7 @@ def sightings_of(events: Iterable[Any]) -> list[Sighting]:
         else:
             seen[2] += answered
             seen[3] += denied
-    return [Sighting(conn, server, ts, node, answered, denied)
+    return [Sighting(conn, server, ts, node, answered, denied, about)
             for (conn, node), (server, ts, answered, denied) in found.items()]  # fmt: skip
 
 
@@ -191,37 +208,40 @@ def identify(
     return out
 
 
-Shown = tuple[int, str, int, bool]  # (first ts, connection, node, answered as it: else denied)
+# (first ts, connection, node, answered as it (else denied), what the answers were about)
+Shown = tuple[int, str, int, bool, tuple[str, ...]]
 
 
 def _shown_by_connection(sightings: Iterable[Sighting]) -> dict[str, list[Shown]]:
     """server -> what each connection showed: answered as exactly one named broker (and no
     denial from it), or denied being a broker it never answered as."""
-    answered: dict[tuple[str, str], dict[int, int]] = {}
-    denied: dict[tuple[str, str], dict[int, int]] = {}
+    answered: dict[tuple[str, str], dict[int, tuple[int, set[str]]]] = {}
+    denied: dict[tuple[str, str], dict[int, tuple[int, set[str]]]] = {}
     for s in sightings:
         key = (_normal(s.server), s.conn)
         for seen, count in ((answered, s.answered), (denied, s.denied)):
             if count:
-                first = seen.setdefault(key, {})
-                first[s.node] = min(first.get(s.node, s.ts), s.ts)
+                nodes = seen.setdefault(key, {})
+                ts, abouts = nodes.get(s.node, (s.ts, set()))
+                abouts.add(s.about)
+                nodes[s.node] = (min(ts, s.ts), abouts)
     out: dict[str, list[Shown]] = {}
     for (server, conn), nodes in answered.items():
-        clean = {n: ts for n, ts in nodes.items() if n not in denied.get((server, conn), {})}
+        clean = {n: seen for n, seen in nodes.items() if n not in denied.get((server, conn), {})}
         if len(clean) == 1:
-            ((node, ts),) = clean.items()
-            out.setdefault(server, []).append((ts, conn, node, True))
+            ((node, (ts, abouts)),) = clean.items()
+            out.setdefault(server, []).append((ts, conn, node, True, tuple(sorted(abouts))))
     for (server, conn), nodes in denied.items():
-        for node, ts in nodes.items():
+        for node, (ts, abouts) in nodes.items():
             if node not in answered.get((server, conn), {}):
-                out.setdefault(server, []).append((ts, conn, node, False))
+                out.setdefault(server, []).append((ts, conn, node, False, tuple(sorted(abouts))))
     for shown in out.values():
         shown.sort()
     return out
 
 
 def _connections(shown: list[Shown]) -> dict[str, tuple[int, int]]:
-    return {conn: (ts, node) for ts, conn, node, answered in shown if answered}
+    return {conn: (ts, node) for ts, conn, node, answered, _ in shown if answered}
 
 
 def _identify_one(
@@ -239,10 +259,15 @@ def _identify_one(
         identity.evidence[ADVERTISED] = len(adverts)
     if by_dns:
         identity.evidence[DNS] = len(by_dns)
-    behaviour = {node for _, _, node, answered in shown if answered}
+    behaviour = {node for _, _, node, answered, _ in shown if answered}
     if behaviour:
-        identity.evidence[BEHAVIOUR] = sum(answered for *_, answered in shown)
-    denials = [(ts, node) for ts, _, node, answered in shown if not answered and node in behaviour]
+        identity.evidence[BEHAVIOUR] = sum(answered for _, _, _, answered, _ in shown)
+        for *_, answered, abouts in shown:
+            for about in abouts if answered else ():
+                identity.behaviour[about] = identity.behaviour.get(about, 0) + 1
+    denials = [
+        (ts, node) for ts, _, node, answered, _ in shown if not answered and node in behaviour
+    ]
     if user is not None:
         identity.node, identity.method = user, USER
         return identity
@@ -254,7 +279,9 @@ def _identify_one(
         identity.changes = _changes(shown, behaviour)
         brokers = " and ".join(f"broker {n}" for n in sorted(behaviour))
         other = (
-            " and as another broker (NOT_COORDINATOR for keys it coordinates)" if denials else ""
+            " and as another broker (refusing requests meant for one it answered as)"
+            if denials
+            else ""
         )
         identity.note = (
             f"answers as {brokers}{other} on different connections (a load balancer, a relay "
@@ -283,25 +310,33 @@ def _identify_one(
 
 
 def _note_refusals(identity: Identity, shown: list[Shown]) -> None:
-    """Say which brokers the address is not: NOT_COORDINATOR for keys they coordinate, on
-    connections that never answered as them (the single port-forward failure's mark)."""
+    """Say which brokers the address is not: NOT_COORDINATOR for keys they coordinate, or
+    NOT_LEADER_OR_FOLLOWER for partitions they lead, on connections that never answered as
+    them (the single port-forward failure's mark)."""
     if identity.ambiguous or identity.method == USER:
         return
-    refused = sorted({node for _ts, _conn, node, answered in shown if not answered})
+    refused: dict[str, set[int]] = {}
+    for _ts, _conn, node, answered, abouts in shown:
+        for about in abouts if not answered else ():
+            refused.setdefault(about, set()).add(node)
     if not refused:
         return
-    which = ", ".join(f"broker {n}" for n in refused)
-    said = f"answered NOT_COORDINATOR for keys {which} coordinates"
-    if identity.node in refused:
-        said += f": it does not lead to broker {identity.node}"
-    identity.note = f"{identity.note}; {said}" if identity.note else said
+    said = []
+    for about in (COORDINATOR, LEADER):
+        if about in refused:
+            which = ", ".join(f"broker {n}" for n in sorted(refused[about]))
+            said.append(REFUSALS[about].format(which))
+    text = "answered " + " and ".join(said)
+    if any(identity.node in nodes for nodes in refused.values()):
+        text += f": it does not lead to broker {identity.node}"
+    identity.note = f"{identity.note}; {text}" if identity.note else text
 
 
 def _changes(shown: list[Shown], behaviour: set[int]) -> list[tuple[int, int | None]]:
     """(ts, node) each time the broker an address answered as changed (None: a broker that
     denied being one it answered as elsewhere)."""
     out: list[tuple[int, int | None]] = []
-    for ts, _conn, node, answered in shown:
+    for ts, _conn, node, answered, _ in shown:
         if not answered and node not in behaviour:
             continue
         now = node if answered else None

@@ -31,7 +31,16 @@ from kafkatunnel.verify.calls import (
     is_dangling,
     pair_halves,
 )
-from kafkatunnel.verify.events import BROKERS, CALL, LEADERS, LOOKUP, NAMED, Event, events_of
+from kafkatunnel.verify.events import (
+    BROKERS,
+    CALL,
+    LEADERS,
+    LOOKUP,
+    NAMED,
+    PARTITION,
+    Event,
+    events_of,
+)
 from kafkatunnel.verify.identity import Identities, Sighting, identify, sightings_of
 from kafkatunnel.verify.judge import MISROUTED, Facts, Verdict, judge
 
@@ -351,7 +360,11 @@ def verify_local(paths: Iterable[str], brokers: Mapping[str, int] | None = None)
             by_key.setdefault(key, []).append(event)
     sightings = [s for group in by_key.values() for s in sightings_of(group)]
     gathered.facts.identities = identify_brokers(gathered, sightings, brokers)
-    verdicts = [judge(k, t, group, gathered.facts) for (k, t), group in by_key.items()]
+    verdicts = [
+        judge(k, t, group, gathered.facts)
+        for (k, t), group in by_key.items()
+        if t != PARTITION  # partitions tell who is where; groups are what is judged
+    ]
     calls = sum(s.calls for s in gathered.summaries)
     return _report(verdicts, gathered.named, gathered.summaries, calls, gathered.facts)
 
@@ -376,9 +389,11 @@ def verify_spark(
     sightings = grouped.flatMap(lambda item: sightings_of(item[1])).collect()
     gathered.facts.identities = identify_brokers(gathered, sightings, brokers)
     shared = sc.broadcast(gathered.facts)
-    verdicts = grouped.map(
-        lambda item: judge(item[0][0], item[0][1], item[1], shared.value)
-    ).collect()
+    verdicts = (
+        grouped.filter(lambda item: item[0][1] != PARTITION)
+        .map(lambda item: judge(item[0][0], item[0][1], item[1], shared.value))
+        .collect()
+    )
     grouped.unpersist()
     decoded.unpersist()
     calls = sum(s.calls for s in gathered.summaries)

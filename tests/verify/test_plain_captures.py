@@ -230,10 +230,17 @@ def test_dns_answers_in_the_capture_name_the_broker(captures: dict[str, Plain]) 
 
 
 def test_nothing_checked_says_so_and_fails_strict(captures: dict[str, Plain]) -> None:
+    """A producer and no group: nothing to judge (said, and --strict fails), yet the relay
+    of the partition's leader is identified by what it did: it served the Produce requests
+    for a partition the Metadata in force said it leads."""
     plain = captures["producer-only"]
     code, report, err = _verify(plain.path)
     assert code == 0 and "NOTHING CHECKED: no consumer group" in " ".join(err.split())
     assert report["nothing_checked"]
+    assert plain.leader is not None
+    found = _addresses(report)[plain.relays[plain.leader]]
+    assert (found["node"], found["method"]) == (plain.leader, "behaviour"), found
+    assert found["behaviour"].get("leader") and "coordinator" not in found["behaviour"], found
     code, _, err = _verify(plain.path, "--strict")
     assert code == 1 and "strict: no consumer group" in " ".join(err.split())
 
