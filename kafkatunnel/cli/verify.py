@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.verify.identity import parse_broker_entries
 from kafkatunnel.verify.job import (
     Report,
     expand,
@@ -21,6 +22,7 @@ from kafkatunnel.verify.job import (
 from kafkatunnel.verify.replay import replay
 from kafkatunnel.verify.report import (
     address_table,
+    final_line,
     strict_problems,
     summary_lines,
     table,
@@ -70,18 +72,10 @@ def verify(
 
 def parse_brokers(entries: list[str]) -> dict[str, int]:
     """--broker ADDRESS=NODE entries as address -> node."""
-    out = {}
-    for entry in entries:
-        address, sep, node = entry.rpartition("=")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not port.isdigit() or not node.lstrip("-").isdigit():
-            raise typer.BadParameter(
-                f"{entry!r}: expected ADDRESS=NODE, the server address as captured and the "
-                "broker's node id, e.g. 127.0.0.3:9092=2",
-                param_hint="--broker",
-            )
-        out[address] = int(node)
-    return out
+    try:
+        return parse_broker_entries(entries)
+    except ValueError as cause:
+        raise typer.BadParameter(str(cause), param_hint="--broker") from None
 
 
 def run_verify(
@@ -127,8 +121,7 @@ def run_verify(
     if addresses is not None:
         console.print(addresses)
     for line in summary_lines(report):
-        style = "green" if line == "verify: ok" else "bold red" if "NOTHING" in line else None
-        console.print(line, style=style, soft_wrap=True)
+        console.print(line, style="bold red" if "NOTHING" in line else None, soft_wrap=True)
     failed = not report.ok
     if strict:
         for problem in strict_problems(report):
@@ -148,6 +141,8 @@ def run_verify(
             )  # fmt: skip
         console.print(replayed)
         failed = failed or not all(r["ok"] for r in results)
+    last = final_line(report, failed)
+    console.print(last, style="green" if last == "verify: ok" else "bold red", soft_wrap=True)
     write_reports(report, json_file, html_file)
     if spark is not None:
         spark.stop()

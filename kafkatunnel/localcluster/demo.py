@@ -34,7 +34,7 @@ from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.view import status_table
 from kafkatunnel.verify.job import Report
 from kafkatunnel.verify.judge import MISROUTED, OK
-from kafkatunnel.verify.report import summary_lines
+from kafkatunnel.verify.report import final_line, summary_lines
 from kafkatunnel.verify.report import table as report_table
 
 MESSAGES = 50
@@ -209,9 +209,11 @@ def _verify(console: Console, report: DemoReport, control: Path | None, spark: b
             console.print(f"\n[bold]kafkatunnel verify {path}[/] ({title})")
             console.print(report_table(result))
             for line in summary_lines(result):
-                if line == "verify: FAILED" and path == control:
-                    line += " (as it must: this capture is the failure the tunnel removes)"
                 console.print(line, soft_wrap=True)
+            last = final_line(result, failed=not result.ok)
+            if last == "verify: FAILED" and path == control:
+                last += " (as it must: this capture is the failure the tunnel removes)"
+            console.print(last, soft_wrap=True)
     finally:
         if session is not None:
             session.stop()

@@ -179,12 +179,17 @@ def response_plan(api_key: int, version: int) -> StructPlan:
     """The plan for a response body; raises UnknownApiKey / UnsupportedVersion."""
     name = api_name(api_key)
     if version not in schema_name_map[name]:
-        span = known_versions(api_key)
-        raise UnsupportedVersion(
-            f"{name} v{version} is outside the versions this tunnel can parse "
-            f"(v{span.start} to v{span.stop - 1})"
-        )
+        raise _unsupported(api_key, name, version)
     return struct_plan(load_response_schema(api_key, version))
+
+
+def _unsupported(api_key: int, name: str, version: int) -> UnsupportedVersion:
+    span = known_versions(api_key)
+    older = " (Kafka 4 dropped versions this old: KIP-896)" if version < span.start else ""
+    return UnsupportedVersion(
+        f"{name} v{version}{older} is outside the versions kafkatunnel can parse "
+        f"(v{span.start} to v{span.stop - 1})"
+    )
 
 
 @functools.cache
@@ -192,7 +197,7 @@ def request_plan(api_key: int, version: int) -> StructPlan:
     """The plan for a request body; raises UnknownApiKey / UnsupportedVersion."""
     name = api_name(api_key)
     if version not in schema_name_map[name]:
-        raise UnsupportedVersion(f"{name} v{version} is unknown to this tunnel")
+        raise _unsupported(api_key, name, version)
     return struct_plan(load_request_schema(api_key, version))
 
 
@@ -201,6 +206,6 @@ def is_flexible(api_key: int, version: int, entity: EntityType = EntityType.requ
     """Whether this version of the API uses compact encodings and tagged fields."""
     name = api_name(api_key)
     if version not in schema_name_map[name]:
-        raise UnsupportedVersion(f"{name} v{version} is unknown to this tunnel")
+        raise _unsupported(api_key, name, version)
     loader = load_request_schema if entity is EntityType.request else load_response_schema
     return bool(loader(api_key, version).__flexible__)

@@ -345,6 +345,21 @@ def _changes(shown: list[Shown], behaviour: set[int]) -> list[tuple[int, int | N
     return out
 
 
+def parse_broker_entries(entries: Iterable[str]) -> dict[str, int]:
+    """`--broker ADDRESS=NODE` entries as address -> node; ValueError names a bad one."""
+    out = {}
+    for entry in entries:
+        address, sep, node = entry.rpartition("=")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit() or not node.lstrip("-").isdigit():
+            raise ValueError(
+                f"{entry!r}: expected ADDRESS=NODE, the server address as captured and the "
+                "broker's node id, e.g. 127.0.0.3:9092=2"
+            )
+        out[address] = int(node)
+    return out
+
+
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text.strip("[]"))

@@ -164,9 +164,9 @@ class Report:
         if not self.verdicts:
             return ("no consumer group or transactional id in the recordings (were they "
                     "made while clients joined groups?)")  # fmt: skip
-        return (f"all {len(self.verdicts)} group(s) unverified: the recordings do not say "
-                "which broker is behind the addresses they went to (name them with "
-                "--broker ADDRESS=NODE)")  # fmt: skip
+        return (f"all {len(self.verdicts)} group(s) unverified, each with its reasons: "
+                "capture the clients from their start (their FindCoordinator look-ups), or "
+                "name the broker behind a captured address with --broker ADDRESS=NODE")  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -45,7 +45,7 @@ def address_table(report: Report) -> Table | None:
     for entry in report.addresses:
         node = entry["node"]
         broker = "ambiguous" if entry["ambiguous"] else ("?" if node is None else str(node))
-        evidence = ", ".join(f"{method} {count}" for method, count in entry["evidence"].items())
+        evidence = evidence_text(entry)
         if entry["note"]:
             evidence = f"{evidence}; {entry['note']}" if evidence else entry["note"]
         if entry["ambiguous"]:
@@ -53,6 +53,17 @@ def address_table(report: Report) -> Table | None:
                                          for c in entry["changes"])  # fmt: skip
         out.add_row(entry["address"], broker, entry["method"] or "unknown", evidence or "none")
     return out
+
+
+def evidence_text(entry: dict[str, Any]) -> str:
+    """'advertised 1, behaviour 4 (coordinator 3, leader 1)': each method's pieces, and
+    what the behaviour was (answers for groups it coordinates, partitions it leads)."""
+    said = []
+    for method, count in entry["evidence"].items():
+        about = entry.get("behaviour") if method == "behaviour" else None
+        kinds = f" ({', '.join(f'{k} {n}' for k, n in sorted(about.items()))})" if about else ""
+        said.append(f"{method} {count}{kinds}")
+    return ", ".join(said)
 
 
 def _who(node: int | None) -> str:
@@ -85,8 +96,17 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"... and {len(report.problems) - 10} more problems (see --json)")
     if report.unreadable:
         lines.append(f"{report.unreadable} file(s) could not be read as captures")
-    lines.append("verify: ok" if report.ok else "verify: FAILED")
     return lines
+
+
+def final_line(report: Report, failed: bool) -> str:
+    """The run's last word, in agreement with its exit code: a run that passed without
+    checking anything must not read as a pass."""
+    if failed:
+        return "verify: FAILED"
+    if report.nothing_checked():
+        return "verify: passed, but NOTHING was checked (--strict fails such a run)"
+    return "verify: ok"
 
 
 def strict_problems(report: Report) -> list[str]:
@@ -166,7 +186,7 @@ def to_html(report: Report) -> str:
                      "<th>broker</th><th>how</th><th>evidence</th><th>note</th></tr>")  # fmt: skip
         for entry in data["addresses"]:
             broker = "ambiguous" if entry["ambiguous"] else entry["node"]
-            evidence = ", ".join(f"{m} {n}" for m, n in entry["evidence"].items())
+            evidence = evidence_text(entry)
             parts.append(
                 f"<tr><td>{html.escape(entry['address'])}</td><td>{html.escape(str(broker))}</td>"
                 f"<td>{html.escape(entry['method'] or 'unknown')}</td>"

@@ -17,25 +17,53 @@ import sys
 def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
+    from kafkatunnel.verify.identity import parse_broker_entries
     from kafkatunnel.verify.job import verify_spark
-    from kafkatunnel.verify.report import summary_lines, write_reports
+    from kafkatunnel.verify.report import (
+        final_line,
+        strict_problems,
+        summary_lines,
+        write_reports,
+    )
 
     parser = argparse.ArgumentParser(prog="kafkatunnel-verify")
     parser.add_argument("paths", nargs="+", help="recordings: files, directories or URIs")
     parser.add_argument(
-        "--json", dest="json_file", help="write the report as JSON here (-: standard output)"
+        "--json",
+        dest="json_file",
+        help="write the report as JSON here (-: standard output, and nothing else there)",
     )
     parser.add_argument("--html", dest="html_file", help="write the HTML report here")
+    parser.add_argument(
+        "--broker", action="append", default=[], metavar="ADDRESS=NODE",
+        help="the broker behind a captured server address (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="also fail when a group is unverified, nothing was checked, or a file is cut short",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    try:
+        brokers = parse_broker_entries(args.broker)
+    except ValueError as cause:
+        parser.error(f"--broker: {cause}")
     spark = SparkSession.builder.appName("kafkatunnel verify").getOrCreate()
     try:
-        report = verify_spark(args.paths, spark)
+        report = verify_spark(args.paths, spark, brokers)
     finally:
         spark.stop()
-    for line in summary_lines(report):
-        print(line)
+    lines = summary_lines(report)
+    failed = not report.ok
+    if args.strict:
+        problems = strict_problems(report)
+        lines += [f"strict: {problem}" for problem in problems]
+        failed = failed or bool(problems)
+    # spark-submit merges the application's stderr into its stdout (PythonRunner), so JSON
+    # on stdout must come alone: what the lines say is in it too ("nothing_checked", ...).
+    if args.json_file != "-":
+        print("\n".join([*lines, final_line(report, failed)]))
     write_reports(report, args.json_file, args.html_file)
-    return 0 if report.ok else 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -236,6 +236,7 @@ def test_nothing_checked_says_so_and_fails_strict(captures: dict[str, Plain]) ->
     plain = captures["producer-only"]
     code, report, err = _verify(plain.path)
     assert code == 0 and "NOTHING CHECKED: no consumer group" in " ".join(err.split())
+    assert "verify: passed, but NOTHING was checked" in " ".join(err.split())
     assert report["nothing_checked"]
     assert plain.leader is not None
     found = _addresses(report)[plain.relays[plain.leader]]

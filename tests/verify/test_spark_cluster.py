@@ -92,3 +92,33 @@ def test_verify_through_spark_submit(
     assert out.returncode == code, out.stdout + out.stderr[-3000:]
     assert json.loads((tmp_path / "report.json").read_text())["ok"] is (code == 0)
     assert ("verify: ok" if code == 0 else "verify: FAILED") in out.stdout
+
+
+def test_spark_submit_strict_fails_a_capture_that_checks_nothing(
+    spark_master: str, tmp_path: Path
+) -> None:
+    """The CI gate as a spark-submit application: a capture whose only group cannot be
+    checked (one JoinGroup, no FindCoordinator: deepflow's) passes without --strict and
+    fails with it, saying why; with --json - standard output is the JSON alone (spark-submit
+    merges the application's stderr into it, so the lines are not printed then)."""
+    import pyspark
+
+    from kafkatunnel.verify import submit
+    from kafkatunnel.verify.job import package_archive
+
+    capture = Path(__file__).parents[1] / "data" / "captures" / "deepflow" / "11-join-group-v7.pcap"
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_HOME": str(Path(pyspark.__file__).parent)}  # fmt: skip
+    base = [str(spark_submit), "--master", spark_master, "--py-files", str(package_archive()),
+            str(submit.__file__), str(capture), "--json", "-"]  # fmt: skip
+    for strict, code in ((False, 0), (True, 1)):
+        out = subprocess.run(base + ["--strict"] * strict, capture_output=True, text=True,
+                             timeout=600, env=env)  # fmt: skip
+        assert out.returncode == code, out.stdout + out.stderr[-3000:]
+        report = json.loads(out.stdout)
+        assert [g["verdict"] for g in report["groups"]] == ["unverified"]
+        assert report["nothing_checked"].startswith("all 1 group(s) unverified")
+    said = subprocess.run([*base[:-2], "--strict"], capture_output=True, text=True,
+                          timeout=600, env=env).stdout  # fmt: skip
+    assert "strict: all 1 group(s) unverified" in said and "verify: FAILED" in said
