@@ -300,13 +300,19 @@ def events_of(call: Call) -> list[Event]:
         if call.api_key in (3, 60) and seen:
             brokers = tuple((a.node_id, f"{a.host}:{a.port}") for a in seen)
             out.append(Event(BROKERS, response_ts, call.conn, call.api_key, brokers=brokers))
-    if call.api_key == METADATA and call.response is not None:
-        answers = _answers(call)
-        leaders = _leaders(answers)
-        if leaders:
-            out.append(Event(LEADERS, response_ts, call.conn, METADATA, leaders=leaders))
-        out.extend(_led(call, answers, response_ts))
-    elif call.api_key in LEADER_APIS and call.response is not None:
+    # Who leads which partition identifies the brokers behind a plain capture's addresses;
+    # a kafkatunnel recording's listeners name theirs, so it needs only the internal topics'.
+    plain = not call.conn.tunnel
+    response = call.response
+    if call.api_key == METADATA and response is not None:
+        if plain or any(name.encode() in response for name in INTERNAL_TOPICS):
+            answers = _answers(call)
+            leaders = _leaders(answers)
+            if leaders:
+                out.append(Event(LEADERS, response_ts, call.conn, METADATA, leaders=leaders))
+            if plain:
+                out.extend(_led(call, answers, response_ts))
+    elif call.api_key in LEADER_APIS and response is not None and plain:
         out.extend(_partition_calls(call))
     if call.request is None:
         return out
