@@ -34,7 +34,7 @@ from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.view import status_table
 from kafkatunnel.verify.job import Report
 from kafkatunnel.verify.judge import MISROUTED, OK
-from kafkatunnel.verify.report import final_line, summary_lines
+from kafkatunnel.verify.report import address_table, final_line, summary_lines
 from kafkatunnel.verify.report import table as report_table
 
 MESSAGES = 50
@@ -208,6 +208,9 @@ def _verify(console: Console, report: DemoReport, control: Path | None, spark: b
                 report.control_verified = result
             console.print(f"\n[bold]kafkatunnel verify {path}[/] ({title})")
             console.print(report_table(result))
+            addresses = address_table(result)
+            if addresses is not None and not result.tunnel_recording:
+                console.print(addresses)  # the broker behind the forward, from its traffic
             for line in summary_lines(result):
                 console.print(line, soft_wrap=True)
             last = final_line(result, failed=not result.ok)
