@@ -23,9 +23,9 @@ from kafkatunnel.verify.replay import replay
 from kafkatunnel.verify.report import (
     address_table,
     final_line,
-    strict_problems,
     summary_lines,
     table,
+    verdict_of_run,
     write_reports,
 )
 
@@ -122,11 +122,9 @@ def run_verify(
         console.print(addresses)
     for line in summary_lines(report):
         console.print(line, style="bold red" if "NOTHING" in line else None, soft_wrap=True)
-    failed = not report.ok
-    if strict:
-        for problem in strict_problems(report):
-            console.print(f"strict: {problem}", style="red", soft_wrap=True)
-            failed = True
+    problems, failed = verdict_of_run(report, strict)
+    for problem in problems:
+        console.print(problem, style="red", soft_wrap=True)
     if replay_against:
         keys = sorted({(v.key, v.key_type) for v in report.verdicts})
         results = replay(keys, replay_against, spark)

@@ -109,6 +109,13 @@ def final_line(report: Report, failed: bool) -> str:
     return "verify: ok"
 
 
+def verdict_of_run(report: Report, strict: bool) -> tuple[list[str], bool]:
+    """What fails the run beyond the report's own verdict (`strict: ...` lines, --strict
+    only), and whether it failed: the CLI and the spark-submit application decide alike."""
+    problems = [f"strict: {p}" for p in strict_problems(report)] if strict else []
+    return problems, not report.ok or bool(problems)
+
+
 def strict_problems(report: Report) -> list[str]:
     """What `--strict` fails a run for, beyond a misrouted group or a leak."""
     out = []

@@ -21,8 +21,8 @@ def main(argv: list[str]) -> int:
     from kafkatunnel.verify.job import verify_spark
     from kafkatunnel.verify.report import (
         final_line,
-        strict_problems,
         summary_lines,
+        verdict_of_run,
         write_reports,
     )
 
@@ -52,12 +52,8 @@ def main(argv: list[str]) -> int:
         report = verify_spark(args.paths, spark, brokers)
     finally:
         spark.stop()
-    lines = summary_lines(report)
-    failed = not report.ok
-    if args.strict:
-        problems = strict_problems(report)
-        lines += [f"strict: {problem}" for problem in problems]
-        failed = failed or bool(problems)
+    problems, failed = verdict_of_run(report, args.strict)
+    lines = summary_lines(report) + problems
     # spark-submit merges the application's stderr into its stdout (PythonRunner), so JSON
     # on stdout must come alone: what the lines say is in it too ("nothing_checked", ...).
     if args.json_file != "-":
