@@ -71,6 +71,19 @@ def make_zombie(pod: str, mode: str) -> None:
     wait_for(lambda: not order.exists(), timeout=5, what=f"kubectl for {pod} to turn {mode}")
 
 
+def lid_closes(forwards: list[PortForward]) -> None:
+    """Every running port-forward loses its API server, as over a laptop's sleep; return once
+    each of these has (a wake noticed before a stand-in stalled would find it healthy)."""
+    world_file("stall").touch()
+    pids = [forward.process.pid for forward in forwards if forward.process is not None]
+    assert len(pids) == len(forwards), "a forward without a running kubectl"
+    wait_for(
+        lambda: all(world_file(f"stalled-{pid}").exists() for pid in pids),
+        timeout=5,
+        what="every kubectl to lose its API server",
+    )
+
+
 @dataclass
 class FaultRun:
     acknowledged: set[bytes]  # every message the producer was told is stored

@@ -23,12 +23,12 @@ from tests.kube.conftest import World
 from tests.kube.faults import (
     forward_of,
     kube_tunnel,
+    lid_closes,
     make_zombie,
     ready_routes,
     restarted,
     run_under_faults,
     settled,
-    world_file,
 )
 
 KINDS = ("timeout", "forwarding-timeout", "gone")
@@ -211,8 +211,8 @@ def test_a_laptop_that_slept_under_load(
         for forward in forwards:
             wait_for(settled(forward), timeout=30, what="the forwards to be up and settled")
         _moving(acknowledged)
-        world_file("stall").touch()  # every running kubectl loses the API server
-        slept[0] = 3600.0  # and the lid opens
+        lid_closes(forwards)
+        slept[0] = 3600.0  # the lid opens
         woke = time.monotonic()
         for pod, forward in zip(pods, forwards, strict=True):
             _recovered(tunnel, forward, 0, _node_of(cluster, pod), "waking")
