@@ -296,10 +296,14 @@ class Recording:
         self.trace.records_in_response(start, spans, compact)
 
     def unread_from_client(self, count: int) -> None:
-        self.recorder.write(self.interface, self.trace.unread_from_client(count))
+        packets = self.trace.unread_from_client(count)
+        if packets:  # most runs end no frame: nothing to write
+            self.recorder.write(self.interface, packets)
 
     def unread_to_client(self, count: int) -> None:
-        self.recorder.write(self.interface, self.trace.unread_to_client(count))
+        packets = self.trace.unread_to_client(count)
+        if packets:
+            self.recorder.write(self.interface, packets)
 
     def closed(self) -> None:
         self.recorder.write(self.interface, self.trace.closed())

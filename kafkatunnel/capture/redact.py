@@ -15,6 +15,7 @@ passed unread.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 from kafkatunnel.protocol import wire
@@ -211,29 +212,55 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
 def cut_spans(parts: Sequence[Part], spans: Sequence[tuple[int, int]], compact: bool) -> bytes:
     """The frame in `parts` with the record data at `spans` (offsets in the frame, as the
     relay's walk found them) made empty: each span's length prefix, just before it, is
-    replaced too, and the size prefix made to fit. No walk: the relay walked it already.
-    Raises ProtocolError when the parts do not fit the spans."""
-    reader = _Parts(parts)
+    replaced too, and the size prefix made to fit. No walk: the relay walked it already,
+    and only the bytes kept are looked at (a recording does this for every Produce request
+    and Fetch answer). Raises ProtocolError when the parts do not fit the spans."""
+    starts: list[int] = []
+    size = 0
+    for part in parts:
+        starts.append(size)
+        size += part if part.__class__ is int else len(part)  # type: ignore[arg-type]
     kept: list[bytes] = []
     empty = _EMPTY_COMPACT if compact else _EMPTY_INT32
     at = 0
     for start, end in spans:
         length = end - start
         prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
-        if start - len(prefix) < at:
-            raise MalformedMessage("record sets overlap")
-        kept.append(reader.take(start - len(prefix) - at))
-        if reader.take(len(prefix)) != prefix:
+        before = start - len(prefix)
+        if before < at or end > size:
+            raise MalformedMessage("record sets overlap, or run past the end of their frame")
+        kept.append(_bytes_at(parts, starts, at, before))
+        if _bytes_at(parts, starts, before, start) != prefix:
             raise MalformedMessage("a record set's length is not where the relay found it")
         kept.append(empty)
-        reader.skip(length)
         at = end
-    kept.append(reader.take(reader.left))
+    kept.append(_bytes_at(parts, starts, at, size))
     if len(kept[0]) < SIZE_PREFIX:
         raise MalformedMessage("a record set lies in a frame's size prefix")
-    size = sum(map(len, kept)) - SIZE_PREFIX
     kept[0] = kept[0][SIZE_PREFIX:]
-    return b"".join((size.to_bytes(SIZE_PREFIX, "big"), *kept))
+    return b"".join(((sum(map(len, kept))).to_bytes(SIZE_PREFIX, "big"), *kept))
+
+
+def _bytes_at(parts: Sequence[Part], starts: list[int], begin: int, end: int) -> bytes:
+    """The frame's bytes from `begin` to `end` (starts: where each part begins); they must
+    have been read."""
+    if begin >= end:
+        return b""
+    index = bisect.bisect_right(starts, begin) - 1
+    part = parts[index]
+    offset = starts[index]
+    if part.__class__ is not int and end - offset <= len(part):  # type: ignore[arg-type]
+        return bytes(part[begin - offset : end - offset])  # type: ignore[index]
+    taken = bytearray()
+    while begin < end:
+        part, offset = parts[index], starts[index]
+        if part.__class__ is int:
+            raise MalformedMessage("bytes that passed unread are not record data")
+        piece = part[begin - offset : end - offset]  # type: ignore[index]
+        taken += piece
+        begin += len(piece)
+        index += 1
+    return bytes(taken)
 
 
 _EMPTY_COMPACT = wire.write_uvarint(1)

@@ -86,16 +86,22 @@ class SeenFrames:
             if not self._missing:
                 frames.append(self._finish())
 
-    def unread(self, count: int, frames: list[Seen]) -> None:
+    def unread(self, count: int) -> Seen | None:
+        """`count` bytes of the current frame passed unread; the frame, if that ended it.
+        The relay splices record data a pipe's worth at a time: runs in a row are one."""
         if count > self._missing:  # also: before a frame's size was seen
             raise MalformedMessage(f"{count} bytes passed unread outside a frame's body")
+        parts = self._parts
         if self._pieces:
-            self._parts.append(b"".join(self._pieces))
+            parts.append(b"".join(self._pieces))
             self._pieces.clear()
-        self._parts.append(count)
+            parts.append(count)
+        elif parts and parts[-1].__class__ is int:
+            parts[-1] += count
+        else:
+            parts.append(count)
         self._missing -= count
-        if not self._missing:
-            frames.append(self._finish())
+        return None if self._missing else self._finish()
 
     def _size(self, prefix: bytes) -> int:
         """Start the frame whose size prefix this is."""
@@ -156,14 +162,14 @@ class ConnectionTrace:
 
     def unread_from_client(self, count: int) -> list[bytes]:
         """`count` bytes of record data went to the broker without being read."""
-        return self._requests_seen(self._frames(self._requests, (), unread=count))
+        return self._requests_seen(self._unread(self._requests, count))
 
     def to_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
         return self._responses_seen(self._frames(self._responses, chunks))
 
     def unread_to_client(self, count: int) -> list[bytes]:
         """`count` bytes of record data went to the client without being read."""
-        return self._responses_seen(self._frames(self._responses, (), unread=count))
+        return self._responses_seen(self._unread(self._responses, count))
 
     def records_in_request(self, start: int, spans: Spans, compact: bool) -> None:
         """The relay walked the request at stream offset `start`: its records are at spans."""
@@ -226,9 +232,7 @@ class ConnectionTrace:
             self._to_server.segment(client + 1, server + 1, ACK, b""),
         ]
 
-    def _frames(
-        self, seen: SeenFrames, chunks: Iterable[bytes | memoryview], unread: int = 0
-    ) -> list[Seen]:
+    def _frames(self, seen: SeenFrames, chunks: Iterable[bytes | memoryview]) -> list[Seen]:
         if self.broken is not None:
             return []
         frames: list[Seen] = []
@@ -236,12 +240,23 @@ class ConnectionTrace:
             data = b"".join(chunks)  # the relay's chunks of one read (no copy when one)
             if data:
                 seen.feed(data, frames)
-            if unread:
-                seen.unread(unread, frames)
         except ProtocolError as error:
             self.broken = str(error)
         self.frames += len(frames)
         return frames
+
+    def _unread(self, seen: SeenFrames, count: int) -> list[Seen]:
+        if self.broken is not None:
+            return []
+        try:
+            frame = seen.unread(count)
+        except ProtocolError as error:
+            self.broken = str(error)
+            return []
+        if frame is None:
+            return []
+        self.frames += 1
+        return [frame]
 
     def _segments(self, data: bytes, to_server: bool) -> list[bytes]:
         if to_server:

@@ -116,7 +116,21 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
         if kind is int:  # fixed-size fields, or TAIL (0)
             yield item  # type: ignore[misc]
         elif kind is FieldPlan:
-            yield from _field(item, todo)  # type: ignore[arg-type]
+            field: FieldPlan = item  # type: ignore[assignment]
+            if field.kind is not Kind.VARIABLE or not field.compact:
+                yield from _field(field, todo)
+                continue
+            # A compact string, bytes or record set, the commonest field of all, walked
+            # here rather than through _field, _variable, _length and _uvarint: each of
+            # those generators is a frame to resume for every byte of its length.
+            byte = (yield 1)[0]  # type: ignore[index]
+            length = (byte if byte < 0x80 else (yield from _uvarint_after(byte))) - 1
+            if length < 0:
+                if length == -1 and field.nullable:
+                    continue
+                raise MalformedMessage(f"{field.name} has length {length}")
+            if length:
+                yield -length if field.kafka_type == "records" else length
         elif kind is StructPlan:
             if item.flexible:  # type: ignore[attr-defined]
                 todo.append(_TAGS)  # below the top level they name no broker (see streamable)
@@ -129,7 +143,12 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
         elif kind is _Element:
             yield from _variable(item.field)  # type: ignore[attr-defined]
         else:  # _TAGS
-            for _ in range((yield from _uvarint())):
+            count = (yield 1)[0]  # type: ignore[index]
+            if not count:  # the usual case: no tagged fields
+                continue
+            if count >= 0x80:
+                count = yield from _uvarint_after(count)
+            for _ in range(count):
                 yield from _uvarint()  # the tag
                 size = yield from _uvarint()
                 if size:
@@ -186,14 +205,21 @@ def _length(field: FieldPlan, width: int) -> Generator[int, Got | None, int]:
 
 
 def _uvarint() -> Generator[int, Got | None, int]:
-    value = shift = 0
-    for _ in range(5):
-        byte = (yield 1)[0]  # type: ignore[index]
+    return (yield from _uvarint_after((yield 1)[0]))  # type: ignore[index]
+
+
+def _uvarint_after(first: int) -> Generator[int, Got | None, int]:
+    """The rest of a varint whose first byte was `first`."""
+    value, shift, byte = 0, 0, first
+    for _ in range(4):
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value
         shift += 7
-    raise MalformedMessage("a varint is longer than 5 bytes")
+        byte = (yield 1)[0]  # type: ignore[index]
+    if byte & 0x80:
+        raise MalformedMessage("a varint is longer than 5 bytes")
+    return value | (byte << shift)
 
 
 def rewrite_tail(
