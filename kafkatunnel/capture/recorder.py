@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
-from kafkatunnel.capture.trace import Address, ConnectionTrace, Spans
+from kafkatunnel.capture.trace import Address, ConnectionTrace, Request, Spans
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
@@ -289,10 +289,14 @@ class Recording:
     def to_client(self, chunks: list[bytes | memoryview]) -> None:
         self.recorder.write(self.interface, self.trace.to_client(chunks))
 
-    def records_in_request(self, start: int, spans: Spans, compact: bool) -> None:
-        self.trace.records_in_request(start, spans, compact)
+    def records_in_request(
+        self, start: int, spans: Spans, compact: bool, request: Request | None = None
+    ) -> None:
+        self.trace.records_in_request(start, spans, compact, request)
 
-    def records_in_response(self, start: int, spans: Spans, compact: bool) -> None:
+    def records_in_response(
+        self, start: int, spans: Spans, compact: bool, _request: Request | None = None
+    ) -> None:
         self.trace.records_in_response(start, spans, compact)
 
     def unread_from_client(self, count: int) -> None:

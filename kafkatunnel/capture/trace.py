@@ -19,7 +19,7 @@ from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, Flow
 from kafkatunnel.capture.redact import Part, Records, redact_request, redact_response
 from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
-from kafkatunnel.protocol.headers import expects_response, parse_request_header
+from kafkatunnel.protocol.headers import RequestHeader, expects_response, parse_request_header
 
 Address = tuple[str, int]
 CLIENT_ISN = 1_000
@@ -30,9 +30,16 @@ Frame = bytes | list[Part]  # whole, or in parts when some record data passed un
 Spans = tuple[tuple[int, int], ...]  # where record data lies in a frame
 
 
+# A walked request's header as the relay read it, and whether it is answered: a recording
+# need not read it again.
+Request = tuple[RequestHeader, bool]
+_NOT_TOLD: tuple[None, None] = (None, None)
+
+
 class Seen(NamedTuple):
     frame: Frame
     records: Records | None  # where the relay's walk found its record data, if it walked it
+    request: Request | None  # a walked request's header, as the relay read it
 
 
 class SeenFrames:
@@ -47,12 +54,12 @@ class SeenFrames:
         self._missing = -1  # bytes of the current frame not seen yet; -1: its size unknown
         self._frame_start = 0  # stream offset of the current frame
         self._next_frame = 0
-        self._records: dict[int, Records] = {}
+        self._told: dict[int, tuple[Records, Request | None]] = {}
 
-    def records(self, start: int, spans: Spans, compact: bool) -> None:
+    def records(self, start: int, spans: Spans, compact: bool, request: Request | None) -> None:
         """The frame at stream offset `start` has record data at `spans` (the relay's walk
         says so before it hands over the frame's last bytes)."""
-        self._records[start] = (spans, compact)
+        self._told[start] = ((spans, compact), request)
 
     def feed(self, data: bytes, frames: list[Seen]) -> None:
         """The next bytes of the stream, as the relay read them."""
@@ -74,7 +81,7 @@ class SeenFrames:
                     if end - pos - SIZE_PREFIX >= size:  # the whole frame is here: one slice
                         frame, pos = data[pos : pos + SIZE_PREFIX + size], pos + SIZE_PREFIX + size
                         self._missing = -1
-                        frames.append(Seen(frame, self._records.pop(self._frame_start, None)))
+                        frames.append(Seen(frame, *self._told.pop(self._frame_start, _NOT_TOLD)))
                         continue
                     pos += SIZE_PREFIX
                 self._pieces.append(prefix)
@@ -117,13 +124,13 @@ class SeenFrames:
         read = b"".join(self._pieces)
         self._pieces.clear()
         self._missing = -1
-        records = self._records.pop(self._frame_start, None)
+        told = self._told.pop(self._frame_start, _NOT_TOLD)
         if not self._parts:
-            return Seen(read, records)
+            return Seen(read, *told)
         parts, self._parts = self._parts, []
         if read:
             parts.append(read)
-        return Seen(parts, records)
+        return Seen(parts, *told)
 
 
 class ConnectionTrace:
@@ -162,39 +169,51 @@ class ConnectionTrace:
 
     def unread_from_client(self, count: int) -> list[bytes]:
         """`count` bytes of record data went to the broker without being read."""
-        return self._requests_seen(self._unread(self._requests, count))
+        frames = self._unread(self._requests, count)
+        return self._requests_seen(frames) if frames else []
 
     def to_client(self, chunks: Iterable[bytes | memoryview]) -> list[bytes]:
         return self._responses_seen(self._frames(self._responses, chunks))
 
     def unread_to_client(self, count: int) -> list[bytes]:
         """`count` bytes of record data went to the client without being read."""
-        return self._responses_seen(self._unread(self._responses, count))
+        frames = self._unread(self._responses, count)
+        return self._responses_seen(frames) if frames else []
 
-    def records_in_request(self, start: int, spans: Spans, compact: bool) -> None:
-        """The relay walked the request at stream offset `start`: its records are at spans."""
-        self._requests.records(start, spans, compact)
+    def records_in_request(
+        self, start: int, spans: Spans, compact: bool, request: Request | None = None
+    ) -> None:
+        """The relay walked the request at stream offset `start`: its records are at spans
+        (and its header is `request`, when the relay tells it)."""
+        self._requests.records(start, spans, compact, request)
 
-    def records_in_response(self, start: int, spans: Spans, compact: bool) -> None:
-        self._responses.records(start, spans, compact)
+    def records_in_response(
+        self, start: int, spans: Spans, compact: bool, _request: Request | None = None
+    ) -> None:
+        self._responses.records(start, spans, compact, None)
 
     def _requests_seen(self, seen: list[Seen]) -> list[bytes]:
         out: list[bytes] = []
-        for frame, records in seen:
-            head = frame if isinstance(frame, bytes) else frame[0]
+        for frame, records, request in seen:
             try:
-                if isinstance(head, int):
-                    raise MalformedMessage("a request began with bytes that passed unread")
-                head = bytes(head)
-                header = parse_request_header(head)
-                if header.body_offset is None:
-                    # Not a request this tunnel knows: perhaps a raw SASL token (SaslHandshake
-                    # v0 is followed by unframed tokens, a PLAIN password among them). Its
-                    # bytes may be anything, so neither it nor its answer is written.
-                    self._pending[header.correlation_id] = None
-                    self.skipped += 1
-                    continue
-                if expects_response(head, header):
+                if request is not None:
+                    header, wanted = request
+                else:
+                    head = frame if isinstance(frame, bytes) else frame[0]
+                    if isinstance(head, int):
+                        raise MalformedMessage("a request began with bytes that passed unread")
+                    head = bytes(head)
+                    header = parse_request_header(head)
+                    if header.body_offset is None:
+                        # Not a request this tunnel knows: perhaps a raw SASL token
+                        # (SaslHandshake v0 is followed by unframed tokens, a PLAIN password
+                        # among them). Its bytes may be anything, so neither it nor its
+                        # answer is written.
+                        self._pending[header.correlation_id] = None
+                        self.skipped += 1
+                        continue
+                    wanted = expects_response(head, header)
+                if wanted:
                     self._pending[header.correlation_id] = (header.api_key, header.api_version)
                 kept = redact_request(frame, header, self.payloads, records)
             except ProtocolError as error:
@@ -205,7 +224,7 @@ class ConnectionTrace:
 
     def _responses_seen(self, seen: list[Seen]) -> list[bytes]:
         out: list[bytes] = []
-        for frame, records in seen:
+        for frame, records, _ in seen:
             head = frame if isinstance(frame, bytes) else frame[0]
             if isinstance(head, int) or len(head) < SIZE_PREFIX + 4:
                 self.broken = "a response too short for a correlation id, or unread at its head"

@@ -48,8 +48,11 @@ from kafkatunnel.protocol.streaming import (
 )
 
 T = TypeVar("T")
-# (stream offset of a frame, where its record data lies in it, compact encodings)
-RecordsSeen = Callable[[int, tuple[tuple[int, int], ...], bool], None]
+# (stream offset of a frame, where its record data lies in it, compact encodings, and for
+# a request its header as read here and whether it is answered)
+RecordsSeen = Callable[
+    [int, tuple[tuple[int, int], ...], bool, tuple[RequestHeader, bool] | None], None
+]
 
 Chunk = bytes | memoryview
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
@@ -95,6 +98,7 @@ class _Splitter:
         self.on_records: RecordsSeen | None = None
         self._spans: list[tuple[int, int]] = []
         self._compact = False  # the walked message is of a flexible version
+        self._request: tuple[RequestHeader, bool] | None = None  # a walked request's header
         self._walk_from = 0  # where in the frame its walk starts
         self._frame_start = 0
         self._next_frame = 0
@@ -284,13 +288,22 @@ class _Splitter:
     def _walked(self) -> None:
         """A frame was walked to its end: say where its record data lay."""
         if self.on_records is not None:
-            self.on_records(self._frame_start, tuple(self._spans), self._compact)
+            self.on_records(self._frame_start, tuple(self._spans), self._compact, self._request)
         self._spans = []
 
-    def walking(self, steps: Walk, start: int, compact: bool, lenient: bool) -> Walk:
+    def walking(
+        self,
+        steps: Walk,
+        start: int,
+        compact: bool,
+        lenient: bool,
+        request: tuple[RequestHeader, bool] | None = None,
+    ) -> Walk:
         """For on_head: walk this frame from `start` (an offset within its head; compact:
-        a flexible version's encodings)."""
+        a flexible version's encodings; request: a request's header and whether it is
+        answered, passed on to on_records)."""
         self._walk_from, self._compact, self._lenient = start, compact, lenient
+        self._request = request
         return steps
 
     def _start_frame(self) -> None:
@@ -347,7 +360,9 @@ class _Requests(_Splitter):
             plan = carrying_records(header.api_key, header.api_version, response=False)
             if plan is not None:  # a Produce request: its records pass unread
                 steps = walk(plan, header_tags=False, tail=False)  # the header is read
-                return self.walking(steps, header.body_offset, plan.flexible, lenient=True)
+                return self.walking(
+                    steps, header.body_offset, plan.flexible, True, (header, wanted)
+                )
         return True
 
     def on_frame(self, whole: bytes) -> bytes:

@@ -117,20 +117,26 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
             yield item  # type: ignore[misc]
         elif kind is FieldPlan:
             field: FieldPlan = item  # type: ignore[assignment]
-            if field.kind is not Kind.VARIABLE or not field.compact:
+            form = field.kind
+            if not field.compact or form is Kind.FIXED or form is Kind.STRUCT:
                 yield from _field(field, todo)
                 continue
-            # A compact string, bytes or record set, the commonest field of all, walked
-            # here rather than through _field, _variable, _length and _uvarint: each of
-            # those generators is a frame to resume for every byte of its length.
+            # A compact length or count, read here rather than through _field, _length
+            # and _uvarint: each of those generators is a frame to resume for every byte.
             byte = (yield 1)[0]  # type: ignore[index]
             length = (byte if byte < 0x80 else (yield from _uvarint_after(byte))) - 1
-            if length < 0:
-                if length == -1 and field.nullable:
+            if length <= 0:
+                if length == 0 or (length == -1 and field.nullable):
                     continue
                 raise MalformedMessage(f"{field.name} has length {length}")
-            if length:
+            if form is Kind.VARIABLE:
                 yield -length if field.kafka_type == "records" else length
+            elif form is Kind.STRUCT_ARRAY:
+                todo.append(_Repeat(length, field.struct))  # type: ignore[arg-type]
+            elif form is Kind.FIXED_ARRAY:
+                yield length * field.size
+            else:
+                todo.append(_Repeat(length, _Element(field)))
         elif kind is StructPlan:
             if item.flexible:  # type: ignore[attr-defined]
                 todo.append(_TAGS)  # below the top level they name no broker (see streamable)
