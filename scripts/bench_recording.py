@@ -87,14 +87,16 @@ def relay(
     read_size: int,
 ) -> None:
     """Feed one frame as the relay's Pump does (splice when enough may pass unread)."""
-    pos = 0
+    pos = untold = 0
     while pos < len(data):
         if direction.unread >= SPLICE_MIN:
             moved = min(direction.unread, PIPE_SIZE)
             direction.skip(moved)
             pos += moved
-            if unread is not None:
-                unread(moved)
+            untold += moved
+            if unread is not None and not direction.unread:  # once per run, as the Pump
+                unread(untold)
+                untold = 0
             continue
         chunk = data[pos : pos + read_size]
         pos += len(chunk)

@@ -77,7 +77,7 @@ class Pump:
         self.on_sink_error = on_sink_error
         self.on_chunks = on_chunks  # what was read and passed on (a recording's view)
         self.on_unread = on_unread  # how many bytes passed on without being read
-        self._untold = 0  # spliced, not yet told to on_unread (told once per wake-up)
+        self._untold = 0  # spliced, not yet told to on_unread (told once per run)
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: tuple[int, int, int] | None = None
@@ -131,12 +131,13 @@ class Pump:
         for _ in range(BURST):
             if not self._read() or not self._flush() or self._short:
                 break
-        if self._untold:
+        if self._untold and not self.direction.unread:
             self._tell_untold()
 
     def _tell_untold(self) -> None:
-        """Tell on_unread what was spliced since it was last told: once per wake-up, or
-        before anything read after it, rather than once per splice."""
+        """Tell on_unread what was spliced since it was last told: once the run of unread
+        bytes ends (a megabyte of records is one run, over many wake-ups), before anything
+        read after it, or as the source ends; not once per splice or per wake-up."""
         assert self.on_unread is not None
         untold, self._untold = self._untold, 0
         self.on_unread(untold)
