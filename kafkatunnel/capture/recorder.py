@@ -284,10 +284,14 @@ class Recording:
         recorder.write(interface, trace.opened())
 
     def from_client(self, chunks: list[bytes | memoryview]) -> None:
-        self.recorder.write(self.interface, self.trace.from_client(chunks))
+        packets = self.trace.from_client(chunks)
+        if packets:  # a read that ends no frame writes nothing
+            self.recorder.write(self.interface, packets)
 
     def to_client(self, chunks: list[bytes | memoryview]) -> None:
-        self.recorder.write(self.interface, self.trace.to_client(chunks))
+        packets = self.trace.to_client(chunks)
+        if packets:
+            self.recorder.write(self.interface, packets)
 
     def records_in_request(
         self, start: int, spans: Spans, compact: bool, request: Request | None = None

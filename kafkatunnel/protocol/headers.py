@@ -15,7 +15,7 @@ from typing import NamedTuple
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import SIZE_PREFIX
-from kafkatunnel.protocol.schema import Kind, is_flexible, response_plan
+from kafkatunnel.protocol.schema import FIXED, is_flexible, response_plan
 
 API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
@@ -111,7 +111,7 @@ def top_level_error(frame: bytes, api_key: int, api_version: int) -> int | None:
         for field in response_plan(api_key, api_version).fields:
             if field.name == "error_code":
                 return wire.read_int16(frame, pos)[0]
-            if field.kind is not Kind.FIXED:
+            if field.kind is not FIXED:
                 return None
             pos += field.size
     except ProtocolError:

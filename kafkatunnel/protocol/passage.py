@@ -227,23 +227,27 @@ class _Splitter:
     def _steps_here(self, view: memoryview, pos: int) -> int:
         """Walk steps whose bytes are all in view from pos on, taken where they lie (the
         caller passes them on unchanged); the position after them."""
-        walk, want, end = self._walk, self._want, len(view)
+        walk, want, end, left = self._walk, self._want, len(view), self._left
         assert walk is not None
+        send = walk.send
         while True:
             got = view[pos : pos + want]
             pos += want
-            self._left -= want
+            left -= want
             try:
-                step = walk.send(got)
+                step = send(got)
             except StopIteration:
+                self._left = left
                 self._walk_over(None)
                 return pos
             except MalformedMessage as error:
+                self._left = left
                 self._walk_over(error)
                 return pos
-            if 0 < step <= self._left and step <= end - pos:
+            if 0 < step <= left and step <= end - pos:
                 want = step
                 continue
+            self._left = left
             self._next(step)
             return pos
 

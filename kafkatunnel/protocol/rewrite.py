@@ -16,7 +16,17 @@ from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, UnsupportedVersion
 from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_body_offset
-from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, known_versions, response_plan
+from kafkatunnel.protocol.schema import (
+    FIXED,
+    FIXED_ARRAY,
+    STRUCT,
+    VARIABLE,
+    VARIABLE_ARRAY,
+    FieldPlan,
+    StructPlan,
+    known_versions,
+    response_plan,
+)
 
 # Responses that carry broker addresses in some version (a test checks that no other API
 # in Kafka's definitions does): Produce, Fetch, Metadata, FindCoordinator, DescribeQuorum,
@@ -227,22 +237,22 @@ class ByteWalk:
     def field(self, field: FieldPlan, pos: int, node_id: int | None) -> int:
         buf = self.buf
         kind = field.kind
-        if kind is Kind.FIXED:
+        if kind is FIXED:
             wire.need(buf, pos, field.size, field.name)
             return pos + field.size
-        if kind is Kind.VARIABLE:
+        if kind is VARIABLE:
             return self.variable(field, pos)
         count, pos = self.array_length(pos, field)
-        if kind is Kind.FIXED_ARRAY:
+        if kind is FIXED_ARRAY:
             wire.need(buf, pos, count * field.size, field.name)
             return pos + count * field.size
-        if kind is Kind.VARIABLE_ARRAY:
+        if kind is VARIABLE_ARRAY:
             for _ in range(count):
                 pos = self.variable(field, pos)
             return pos
         sub = field.struct
         assert sub is not None
-        if kind is Kind.STRUCT:
+        if kind is STRUCT:
             return self.struct(sub, pos, node_id)
         for _ in range(count):
             pos = self.struct(sub, pos, node_id)
@@ -251,7 +261,7 @@ class ByteWalk:
     def array_length(self, pos: int, field: FieldPlan) -> tuple[int, int]:
         """The element count of an array (0 for null), or for a nullable struct its marker."""
         buf = self.buf
-        if field.kind is Kind.STRUCT:
+        if field.kind is STRUCT:
             if not field.nullable:
                 return 1, pos
             wire.need(buf, pos, 1, field.name)

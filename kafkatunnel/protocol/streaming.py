@@ -32,7 +32,18 @@ from kafkatunnel.protocol.errors import MalformedMessage, UnknownApiKey, Unsuppo
 from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_header_version
 from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, keep_address, splice
-from kafkatunnel.protocol.schema import FieldPlan, Kind, StructPlan, request_plan, response_plan
+from kafkatunnel.protocol.schema import (
+    FIXED,
+    FIXED_ARRAY,
+    STRUCT,
+    STRUCT_ARRAY,
+    VARIABLE,
+    VARIABLE_ARRAY,
+    FieldPlan,
+    StructPlan,
+    request_plan,
+    response_plan,
+)
 
 TAIL = 0
 RESPONSE_WALK_START = SIZE_PREFIX + 4  # a response's walk starts after its correlation id
@@ -118,7 +129,7 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
         elif kind is FieldPlan:
             field: FieldPlan = item  # type: ignore[assignment]
             form = field.kind
-            if not field.compact or form is Kind.FIXED or form is Kind.STRUCT:
+            if not field.compact or form is FIXED or form is STRUCT:
                 yield from _field(field, todo)
                 continue
             # A compact length or count, read here rather than through _field, _length
@@ -129,11 +140,11 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
                 if length == 0 or (length == -1 and field.nullable):
                     continue
                 raise MalformedMessage(f"{field.name} has length {length}")
-            if form is Kind.VARIABLE:
+            if form is VARIABLE:
                 yield -length if field.kafka_type == "records" else length
-            elif form is Kind.STRUCT_ARRAY:
+            elif form is STRUCT_ARRAY:
                 todo.append(_Repeat(length, field.struct))  # type: ignore[arg-type]
-            elif form is Kind.FIXED_ARRAY:
+            elif form is FIXED_ARRAY:
                 yield length * field.size
             else:
                 todo.append(_Repeat(length, _Element(field)))
@@ -164,9 +175,9 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
 def _field(field: FieldPlan, todo: list[object]) -> Walk:
     """Walk a field that is not a run of fixed-size ones: what it holds goes on `todo`."""
     kind = field.kind
-    if kind is Kind.VARIABLE:
+    if kind is VARIABLE:
         yield from _variable(field)
-    elif kind is Kind.STRUCT:
+    elif kind is STRUCT:
         assert field.struct is not None
         present = True
         if field.nullable:
@@ -176,15 +187,15 @@ def _field(field: FieldPlan, todo: list[object]) -> Walk:
             present = marker == 1
         if present:
             todo.append(field.struct)
-    elif kind is Kind.FIXED:
+    elif kind is FIXED:
         yield field.size
     else:
         count = yield from _length(field, width=4)
         if not count:
             return
-        if kind is Kind.FIXED_ARRAY:
+        if kind is FIXED_ARRAY:
             yield count * field.size
-        elif kind is Kind.VARIABLE_ARRAY:
+        elif kind is VARIABLE_ARRAY:
             todo.append(_Repeat(count, _Element(field)))
         else:
             assert field.struct is not None
