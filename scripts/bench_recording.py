@@ -5,16 +5,17 @@ bench (bench_tunnel.py) is not.
 
 Each request is a 1 MiB Produce v9 (one partition, as librdkafka sends ~1 MB per request
 in the tunnel bench) and its answer, fed to the Exchange the way the relay feeds it: a
-16 KiB head read, then the unread remainder skipped (spliced) 256 KiB at a time, the answer
-read whole. Three ways, as the tunnel runs them:
+16 KiB head read, then the unread remainder skipped (spliced) 256 KiB at a time and told
+to the recording once per run, the answer read whole. Three ways, as the tunnel runs them:
   plain     no recording: the request's head is read and the rest passes unread
   walk      --record's Exchange (records_only): the request is walked by its schema so
             that only its record data passes unread; nothing is written
   record    the same walk, with a ConnectionTrace and a Recorder writing the pcapng
-Prints microseconds per request (hot caches: the running tunnel pays about 1.3x these,
-between 1 MB splices) and, with --callgrind, instructions per request counted by valgrind
-(the same numbers run after run, whatever else the machine does), each mode's start-up
-subtracted by a second run with no requests.
+Prints microseconds per request (hot caches: in its last bench the running tunnel paid
+about twice what recording adds here, its caches cold between 1 MB splices) and, with
+--callgrind, instructions per request counted by valgrind (the same numbers run after
+run, whatever else the machine does), each mode's start-up subtracted by a second run
+with no requests.
 """
 
 from __future__ import annotations
