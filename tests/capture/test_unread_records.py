@@ -13,7 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkatunnel.capture.trace import ConnectionTrace
+from kafkatunnel.capture.trace import ConnectionTrace, Request
+from kafkatunnel.protocol.headers import parse_request_header
 from kafkatunnel.protocol.passage import REQUEST_HEAD, RESPONSE_HEAD, Direction, Exchange
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
@@ -114,7 +115,7 @@ def _records_of(message: object) -> list[bytes]:
     return found
 
 
-Told = list[tuple[int, tuple[tuple[int, int], ...], bool]]
+Told = list[tuple[int, tuple[tuple[int, int], ...], bool, Request | None]]
 
 
 def _trace(
@@ -204,6 +205,10 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
     assert _trace(sent.events, received.events) == reference  # walked again by the trace
     assert _trace(sent.events, received.events, told) == reference  # cut where told
     assert len(told[0]) == 1 and len(told[1]) == 1  # the Produce request, the Fetch answer
+    # The request's header goes with its spans, as the relay read it: the trace reads
+    # neither the header nor the acks again.
+    assert told[0][0][3] == (parse_request_header(request_stream), produced.acks != 0)
+    assert told[1][0][3] is None
 
 
 def test_a_frame_cut_short_by_unread_bytes_outside_records_breaks_only_its_trace() -> None:
