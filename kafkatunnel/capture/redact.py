@@ -16,7 +16,7 @@ passed unread.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
@@ -100,14 +100,8 @@ def redact_request(
     """The request frame as a recording may keep it. A frame given as parts (some of its
     record data passed unread) must be one whose records are cut; `records`, where the
     relay's walk found them, spares walking it again."""
-    body = header.body_offset
-    key, version = header.api_key, header.api_version
-    if records is not None and not payloads and key not in SECRET_REQUESTS:
-        try:  # the usual recorded Produce request: cut where the relay found its records
-            return cut_spans(_parts(frame), *records)
-        except ProtocolError:
-            pass  # and fail closed below
-    return _redact(frame, key, version, False, lambda _: body, payloads, records)
+    key, version, body = header.api_key, header.api_version, header.body_offset
+    return _redact(frame, key, version, False, body, payloads, records)
 
 
 def redact_response(
@@ -119,17 +113,7 @@ def redact_response(
 ) -> bytes:
     """The response frame as a recording may keep it (parts, records: as for
     redact_request)."""
-    plain = api_key not in SECRET_RESPONSES and (payloads or api_key not in PAYLOAD_RESPONSES)
-    if plain and isinstance(frame, bytes):
-        return frame  # most answers are kept whole
-
-    def body(head: bytes) -> int | None:
-        try:
-            return response_body_offset(head, api_key, api_version)
-        except ProtocolError:
-            return None
-
-    return _redact(frame, api_key, api_version, True, body, payloads, records)
+    return _redact(frame, api_key, api_version, True, None, payloads, records)
 
 
 def _redact(
@@ -137,19 +121,25 @@ def _redact(
     key: int,
     version: int,
     response: bool,
-    body_of: Callable[[bytes], int | None],
+    request_body: int | None,
     payloads: bool,
     records: Records | None,
 ) -> bytes:
     """Secrets cut by the message's plan; else record data cut where the relay's walk
     found it, or found by walking the message again; whatever cannot be cut keeps only its
-    header (fail closed)."""
+    header (fail closed). request_body: where a request's body starts (None: unknown); a
+    response's header says where its body starts."""
     secret = key in (SECRET_RESPONSES if response else SECRET_REQUESTS)
     payload = key in (PAYLOAD_RESPONSES if response else PAYLOAD_REQUESTS)
     if isinstance(frame, bytes) and not secret and (payloads or not payload):
-        return frame
+        return frame  # most frames are kept whole
+    if records is not None and not secret:
+        try:  # the usual recorded Produce request or Fetch answer: cut where the relay found
+            return cut_spans(_parts(frame), *records)
+        except ProtocolError:
+            pass  # and fail closed below
     head = _first_bytes(frame)
-    body = body_of(head)
+    body = request_body if not response else _response_body(head, key, version)
     if body is None:  # the header cannot be read: keep what surely is header
         return _head_only(head, min(len(head), SIZE_PREFIX + (4 if response else 8)))
     try:
@@ -159,7 +149,7 @@ def _redact(
             plan = (response_plan if response else request_plan)(key, version)
             return _cut(frame, plan, body, SECRETS)
         if records is not None:
-            return cut_spans(_parts(frame), *records)
+            raise MalformedMessage("the record sets are not where the relay's walk found them")
         found = carrying_records(key, version, response)
         if found is None:
             raise MalformedMessage(f"API {key} v{version} carries no records")
@@ -169,6 +159,13 @@ def _redact(
         return cut_records(_parts(frame), start, steps, found.flexible)
     except ProtocolError:
         return _head_only(head, body)
+
+
+def _response_body(head: bytes, api_key: int, api_version: int) -> int | None:
+    try:
+        return response_body_offset(head, api_key, api_version)
+    except ProtocolError:
+        return None
 
 
 def _first_bytes(frame: bytes | list[Part]) -> bytes:

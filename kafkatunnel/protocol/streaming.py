@@ -115,8 +115,9 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
     rewritten, or (tail=False) those fields walked like the rest.
 
     One generator over an explicit stack of what is left to walk, not a generator per
-    struct and field: every step resumes one frame (two for a varint), which is what a
-    recording tunnel pays per field of every Produce request and Fetch answer."""
+    struct and field: a step resumes one frame (a compact length is read in this loop
+    too), which is what a recording tunnel pays per field of every Produce request and
+    Fetch answer."""
     todo: list[object] = [TAIL] if tail else [_TAGS] if plan.flexible else []
     todo += reversed(plan.steps)  # runs of fixed-size fields are one step each
     if header_tags:
