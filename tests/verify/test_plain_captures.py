@@ -144,6 +144,13 @@ def _verdicts(report: dict[str, Any]) -> dict[str, str]:
     return {g["key"]: g["verdict"] for g in report["groups"]}
 
 
+def _why(report: dict[str, Any], plain: Plain) -> list[tuple[Any, ...]]:
+    """Each group's verdict, verify's reasons, the end of its timeline and what its
+    consumer saw: the evidence to read when a verdict is not the one expected."""
+    return [(g["key"], g["verdict"], g["reasons"], g["timeline"][-4:],
+             plain.consumed.get(g["key"], "")) for g in report["groups"]]  # fmt: skip
+
+
 def _addresses(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["address"]: a for a in report["addresses"]}
 
@@ -184,7 +191,7 @@ def test_one_relay_for_every_broker_misroutes_exactly_the_others(
     expected = {
         g: "ok" if node == target else "misrouted" for g, node in plain.coordinators.items()
     }
-    assert _verdicts(report) == expected
+    assert _verdicts(report) == expected, _why(report, plain)
     found = _addresses(report)
     assert found[plain.relays[target]]["node"] == target
     for node, relay in plain.relays.items():  # the others say whom they are not
