@@ -5,12 +5,13 @@ bench (bench_tunnel.py) is not.
 
 Each request is a 1 MiB Produce v9 (one partition, as librdkafka sends ~1 MB per request
 in the tunnel bench) and its answer, fed to the Exchange the way the relay feeds it: a
-16 KiB head read, then the unread remainder skipped (spliced) 256 KiB at a time and told
-to the recording once per run, the answer read whole. Three ways, as the tunnel runs them:
+16 KiB head read, then the unread remainder skipped (spliced) 256 KiB at a time, the
+answer read whole. Three ways, as the tunnel runs them:
   plain     no recording: the request's head is read and the rest passes unread
   walk      --record's Exchange (records_only): the request is walked by its schema so
             that only its record data passes unread; nothing is written
-  record    the same walk, with a ConnectionTrace and a Recorder writing the pcapng
+  record    the same walk, the Exchange handing each frame to a recording (its trace
+            and a Recorder writing the pcapng)
 Prints microseconds per request (hot caches: in its last bench the running tunnel paid
 about twice what recording adds here, its caches cold between 1 MB splices) and, with
 --callgrind, instructions per request counted by valgrind (the same numbers run after
@@ -29,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -80,30 +80,18 @@ def answer(correlation_id: int) -> bytes:
                           correlation_id)  # fmt: skip
 
 
-def relay(
-    direction: Direction,
-    data: bytes,
-    read: Callable[[list[bytes | memoryview]], None] | None,
-    unread: Callable[[int], None] | None,
-    read_size: int,
-) -> None:
+def relay(direction: Direction, data: bytes, read_size: int) -> None:
     """Feed one frame as the relay's Pump does (splice when enough may pass unread)."""
-    pos = untold = 0
+    pos = 0
     while pos < len(data):
         if direction.unread >= SPLICE_MIN:
             moved = min(direction.unread, PIPE_SIZE)
             direction.skip(moved)
             pos += moved
-            untold += moved
-            if unread is not None and not direction.unread:  # once per run, as the Pump
-                unread(untold)
-                untold = 0
             continue
         chunk = data[pos : pos + read_size]
         pos += len(chunk)
-        chunks = direction.feed(chunk)
-        if read is not None:
-            read(chunks)
+        direction.feed(chunk)
 
 
 def run(mode: str, requests: int, size: int) -> float:
@@ -115,8 +103,7 @@ def run(mode: str, requests: int, size: int) -> float:
         recorder = Recorder(Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-recording-")))
         listener = Listener(111, f"{TOPIC}:9092", "127.0.0.1:9093")
         recording = recorder.connection(listener, ("127.0.0.1", 50000), ("127.0.0.1", 9093))
-        exchange.tell_records(recording.records_in_request, recording.records_in_response)
-    r = recording
+        exchange.observe(recording.request, recording.response)
 
     async def relayed() -> float:
         """Inside an event loop, as in the tunnel: the recorder hands its blocks to its
@@ -124,10 +111,8 @@ def run(mode: str, requests: int, size: int) -> float:
         start = time.perf_counter()
         for index in range(requests):
             request, response = frames[index % len(frames)]
-            relay(exchange.requests, request, r.from_client if r else None,
-                  r.unread_from_client if r else None, HEAD_READ)  # fmt: skip
-            relay(exchange.responses, response, r.to_client if r else None,
-                  r.unread_to_client if r else None, 256 << 10)  # fmt: skip
+            relay(exchange.requests, request, HEAD_READ)
+            relay(exchange.responses, response, 256 << 10)
         return (time.perf_counter() - start) / max(requests, 1)
 
     seconds = asyncio.run(relayed())

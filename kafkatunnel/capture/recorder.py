@@ -24,7 +24,8 @@ from typing import BinaryIO
 
 from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
-from kafkatunnel.capture.trace import Address, ConnectionTrace, Request, Spans
+from kafkatunnel.capture.trace import Address, ConnectionTrace
+from kafkatunnel.protocol.passage import Part, Records, Request
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
@@ -284,6 +285,7 @@ class Recording:
         recorder.write(interface, trace.opened())
 
     def from_client(self, chunks: list[bytes | memoryview]) -> None:
+        """Bytes the client sent, read whole (a transparent tunnel's)."""
         packets = self.trace.from_client(chunks)
         if packets:  # a read that ends no frame writes nothing
             self.recorder.write(self.interface, packets)
@@ -293,23 +295,14 @@ class Recording:
         if packets:
             self.recorder.write(self.interface, packets)
 
-    def records_in_request(
-        self, start: int, spans: Spans, compact: bool, request: Request | None = None
-    ) -> None:
-        self.trace.records_in_request(start, spans, compact, request)
-
-    def records_in_response(
-        self, start: int, spans: Spans, compact: bool, _request: Request | None = None
-    ) -> None:
-        self.trace.records_in_response(start, spans, compact)
-
-    def unread_from_client(self, count: int) -> None:
-        packets = self.trace.unread_from_client(count)
-        if packets:  # most runs end no frame: nothing to write
+    def request(self, parts: list[Part], records: Records | None, request: Request | None) -> None:
+        """A request as the tunnel's Exchange passed it on (see passage.FrameSeen)."""
+        packets = self.trace.request(parts, records, request)
+        if packets:
             self.recorder.write(self.interface, packets)
 
-    def unread_to_client(self, count: int) -> None:
-        packets = self.trace.unread_to_client(count)
+    def response(self, parts: list[Part], records: Records | None, _: Request | None) -> None:
+        packets = self.trace.response(parts, records)
         if packets:
             self.recorder.write(self.interface, packets)
 

@@ -15,7 +15,6 @@ passed unread.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 from kafkatunnel.protocol import wire
@@ -26,6 +25,7 @@ from kafkatunnel.protocol.headers import (
     response_body_offset,
     response_header_version,
 )
+from kafkatunnel.protocol.passage import Part, Records
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
 from kafkatunnel.protocol.streaming import (
@@ -35,12 +35,6 @@ from kafkatunnel.protocol.streaming import (
     carrying_records,
     walk,
 )
-
-# A frame as a recording saw it: bytes, and (ints) runs of record data that passed unread.
-Part = bytes | memoryview | int
-# Where the relay's walk found a frame's record data (offsets in it), and whether the
-# message's encodings are compact (a flexible version).
-Records = tuple[tuple[tuple[int, int], ...], bool]
 
 SASL_AUTHENTICATE = 36
 # + RenewDelegationToken, ExpireDelegationToken, AlterUserScramCredentials requests
@@ -135,7 +129,7 @@ def _redact(
         return frame  # most frames are kept whole
     if records is not None and not secret:
         try:  # the usual recorded Produce request or Fetch answer: cut where the relay found
-            return cut_spans(_parts(frame), *records)
+            return cut_unread(_parts(frame), *records)
         except ProtocolError:
             pass  # and fail closed below
     head = _first_bytes(frame)
@@ -214,58 +208,34 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
     return bytes(out)
 
 
-def cut_spans(parts: Sequence[Part], spans: Sequence[tuple[int, int]], compact: bool) -> bytes:
-    """The frame in `parts` with the record data at `spans` (offsets in the frame, as the
-    relay's walk found them) made empty: each span's length prefix, just before it, is
-    replaced too, and the size prefix made to fit. No walk: the relay walked it already,
-    and only the bytes kept are looked at (a recording does this for every Produce request
-    and Fetch answer). Raises ProtocolError when the parts do not fit the spans."""
-    starts: list[int] = []
-    size = 0
-    for part in parts:
-        starts.append(size)
-        size += part if part.__class__ is int else len(part)  # type: ignore[arg-type]
-    kept: list[bytes] = []
+def cut_unread(parts: Sequence[Part], spans: Sequence[tuple[int, int]], compact: bool) -> bytes:
+    """The frame in `parts` with its record data made empty: each run that passed unread
+    (an int) is the record set the relay's walk found at the next of `spans`; its length
+    prefix, just before it, is replaced too, and the size prefix made to fit. No walk: the
+    relay walked it already, and only the bytes kept are looked at (a recording does this
+    for every Produce request and Fetch answer). Raises ProtocolError when the parts do not
+    fit the spans."""
+    out = bytearray()
+    at = 0  # offset in the frame
+    found = iter(spans)
     empty = _EMPTY_COMPACT if compact else _EMPTY_INT32
-    at = 0
-    for start, end in spans:
-        length = end - start
-        prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
-        before = start - len(prefix)
-        if before < at or end > size:
-            raise MalformedMessage("record sets overlap, or run past the end of their frame")
-        kept.append(_bytes_at(parts, starts, at, before))
-        if _bytes_at(parts, starts, before, start) != prefix:
+    for part in parts:
+        if not isinstance(part, int):
+            out += part
+            at += len(part)
+            continue
+        length = part
+        if next(found, None) != (at, at + length):
+            raise MalformedMessage("bytes passed unread where the walk found no records")
+        prefix = wire.write_uvarint(length + 1) if compact else length.to_bytes(4, "big")
+        if out[-len(prefix) :] != prefix:
             raise MalformedMessage("a record set's length is not where the relay found it")
-        kept.append(empty)
-        at = end
-    kept.append(_bytes_at(parts, starts, at, size))
-    if len(kept[0]) < SIZE_PREFIX:
-        raise MalformedMessage("a record set lies in a frame's size prefix")
-    kept[0] = kept[0][SIZE_PREFIX:]
-    return b"".join(((sum(map(len, kept))).to_bytes(SIZE_PREFIX, "big"), *kept))
-
-
-def _bytes_at(parts: Sequence[Part], starts: list[int], begin: int, end: int) -> bytes:
-    """The frame's bytes from `begin` to `end` (starts: where each part begins); they must
-    have been read."""
-    if begin >= end:
-        return b""
-    index = bisect.bisect_right(starts, begin) - 1
-    part = parts[index]
-    offset = starts[index]
-    if part.__class__ is not int and end - offset <= len(part):  # type: ignore[arg-type]
-        return bytes(part[begin - offset : end - offset])  # type: ignore[index]
-    taken = bytearray()
-    while begin < end:
-        part, offset = parts[index], starts[index]
-        if part.__class__ is int:
-            raise MalformedMessage("bytes that passed unread are not record data")
-        piece = part[begin - offset : end - offset]  # type: ignore[index]
-        taken += piece
-        begin += len(piece)
-        index += 1
-    return bytes(taken)
+        out[-len(prefix) :] = empty
+        at += length
+    if next(found, None) is not None or len(out) < SIZE_PREFIX:
+        raise MalformedMessage("record data the walk found was read, or the frame is cut short")
+    out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
+    return bytes(out)
 
 
 _EMPTY_COMPACT = wire.write_uvarint(1)

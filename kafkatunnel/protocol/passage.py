@@ -48,13 +48,18 @@ from kafkatunnel.protocol.streaming import (
 )
 
 T = TypeVar("T")
-# (stream offset of a frame, where its record data lies in it, compact encodings, and for
-# a request its header as read here and whether it is answered)
-RecordsSeen = Callable[
-    [int, tuple[tuple[int, int], ...], bool, tuple[RequestHeader, bool] | None], None
-]
-
 Chunk = bytes | memoryview
+# A frame as it passed on: chunks of its bytes, and (ints) runs of record data that passed
+# unread, spliced or (records_only) within a read.
+Part = Chunk | int
+# Where a walk found a frame's record data (offsets in the frame), and whether the message's
+# encodings are compact (a flexible version).
+Records = tuple[tuple[tuple[int, int], ...], bool]
+# A request's header as read here, and whether it is answered.
+Request = tuple[RequestHeader, bool]
+# Told once per frame, in stream order: its parts, where its records lay if it was walked
+# to its end, and for a request its header.
+FrameSeen = Callable[[list[Part], Records | None, Request | None], None]
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
 
 
@@ -92,16 +97,16 @@ class _Splitter:
         # A walk that rewrites nothing (it finds the records to splice): a frame it cannot
         # walk passes on read, as an unwalked frame would, rather than ending the connection.
         self._lenient = False
-        # Where record data lies in the current frame (offsets in it), and the stream
-        # offsets of the current frame and the next: a recording told of them after a
-        # whole walk need not walk the frame again (see on_records).
-        self.on_records: RecordsSeen | None = None
+        # An observer of whole frames (a recording, see observe): the current frame's
+        # parts so far (None: nobody observes), where its walk found record data, and a
+        # request's header.
+        self.on_frame_seen: FrameSeen | None = None
+        self._parts: list[Part] | None = None
         self._spans: list[tuple[int, int]] = []
+        self._records: Records | None = None
         self._compact = False  # the walked message is of a flexible version
-        self._request: tuple[RequestHeader, bool] | None = None  # a walked request's header
+        self._request: Request | None = None
         self._walk_from = 0  # where in the frame its walk starts
-        self._frame_start = 0
-        self._next_frame = 0
 
     @property
     def mid_frame(self) -> bool:
@@ -120,13 +125,24 @@ class _Splitter:
         """Bytes still missing of a frame held whole (the I/O layer reads them in bulk)."""
         return self._want - len(self._held) if self._whole or self._tail else 0
 
+    def observe(self, on_frame_seen: FrameSeen) -> None:
+        """Tell on_frame_seen of every frame once it has passed on whole: a recording
+        needs no framing of its own, and never sees record data left unread."""
+        self.on_frame_seen = on_frame_seen
+        self._parts = []
+
     def skip(self, count: int) -> None:
         """`count` bytes of the unread remainder went on without passing through feed()."""
         if not 0 <= count <= self._passing:
             raise ValueError(f"cannot skip {count} bytes: only {self._passing} may pass unread")
         self._passing -= count
-        if not self._passing and self._walk is not None:
-            self._step(None, [])  # a walk's next step after records never emits
+        if self._parts is not None:
+            self._unread_part(count)
+        if not self._passing:
+            if self._walk is not None:
+                self._step(None, [])  # a walk's next step after records never emits
+            elif self._parts is not None:
+                self._frame_seen()
 
     def feed(self, data: bytes) -> list[Chunk]:
         out: list[Chunk] = []
@@ -141,10 +157,18 @@ class _Splitter:
                 take = min(self._passing, end - pos)
                 if run < 0:
                     run = pos
+                if self._parts is not None:  # records_only: a walk's records stay unread
+                    if self._walk is not None and self.records_only:
+                        self._unread_part(take)
+                    else:
+                        self._parts.append(view[pos : pos + take])
                 pos += take
                 self._passing -= take
-                if not self._passing and self._walk is not None:
-                    self._step(None, out)
+                if not self._passing:
+                    if self._walk is not None:
+                        self._step(None, out)
+                    elif self._parts is not None:
+                        self._frame_seen()
                 continue
             if (
                 self._walk is not None
@@ -175,29 +199,41 @@ class _Splitter:
                     continue
                 held = bytes(self._held)
             if self._whole:
-                out.append(self.on_frame(held))
-                self._reset()
+                self._whole_frame(held, out)
                 continue
             decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
             if decision is True:
                 out.append(held)
                 self._passing = SIZE_PREFIX + self._size - len(held)
                 self._reset()
+                if self._parts is not None:
+                    self._parts.append(held)
+                    if not self._passing:
+                        self._frame_seen()
             elif decision is False:
                 self._whole = True
                 self._want = SIZE_PREFIX + self._size
                 if len(held) == self._want:
-                    out.append(self.on_frame(held))
-                    self._reset()
+                    self._whole_frame(held, out)
             else:  # walk the frame as it streams, from where on_head said (see walking)
                 start = self._walk_from
                 out.append(held[:start])
+                if self._parts is not None:
+                    self._parts.append(out[-1])
                 self._walk, self._left = decision, SIZE_PREFIX + self._size - start
                 self._held.clear()
                 self._step(None, out)
                 self._feed(memoryview(held)[start:], out)  # what the head held beyond
         if run >= 0:
             out.append(view[run:pos])
+
+    def _whole_frame(self, held: bytes, out: list[Chunk]) -> None:
+        """A frame held whole: pass on what on_frame makes of it."""
+        out.append(self.on_frame(held))
+        self._reset()
+        if self._parts is not None:
+            self._parts.append(out[-1])
+            self._frame_seen()
 
     def _step(self, got: bytes | None, out: list[Chunk]) -> None:
         """Give a walked frame's walk what it asked for (got) and pass that on, then set up
@@ -210,10 +246,15 @@ class _Splitter:
             self._walk, self._tail, self._lenient = None, False, False
             self._walked()
             self._reset()
+            if self._parts is not None:
+                self._parts.append(out[-1])
+                self._frame_seen()
             return
         if got is not None:
             out.append(got)
             self._left -= len(got)
+            if self._parts is not None:
+                self._parts.append(got)
         try:
             step = next(walk) if got is None else walk.send(got)
         except StopIteration:
@@ -230,6 +271,7 @@ class _Splitter:
         walk, want, end, left = self._walk, self._want, len(view), self._left
         assert walk is not None
         send = walk.send
+        start = pos
         while True:
             got = view[pos : pos + want]
             pos += want
@@ -237,19 +279,27 @@ class _Splitter:
             try:
                 step = send(got)
             except StopIteration:
-                self._left = left
-                self._walk_over(None)
+                self._steps_end(view[start:pos], left, None)
                 return pos
             except MalformedMessage as error:
-                self._left = left
-                self._walk_over(error)
+                self._steps_end(view[start:pos], left, error)
                 return pos
             if 0 < step <= left and step <= end - pos:
                 want = step
                 continue
             self._left = left
+            if self._parts is not None:
+                self._parts.append(view[start:pos])
             self._next(step)
             return pos
+
+    def _steps_end(self, taken: memoryview, left: int, error: MalformedMessage | None) -> None:
+        """_steps_here's walk ended, having taken these bytes (no exception is kept in a
+        local there: a traceback holding its frame would be a cycle for the GC)."""
+        self._left = left
+        if self._parts is not None:
+            self._parts.append(taken)
+        self._walk_over(error)
 
     def _next(self, step: int) -> None:
         """Set up the walk's next step: bytes to hold for it, bytes to pass unread (records),
@@ -288,26 +338,36 @@ class _Splitter:
         self._spans = []
         self._passing = self._left
         self._reset()
+        if not self._passing and self._parts is not None:
+            self._frame_seen()
 
     def _walked(self) -> None:
-        """A frame was walked to its end: say where its record data lay."""
-        if self.on_records is not None:
-            self.on_records(self._frame_start, tuple(self._spans), self._compact, self._request)
+        """A frame was walked to its end: note where its record data lay."""
+        self._records = (tuple(self._spans), self._compact)
         self._spans = []
 
-    def walking(
-        self,
-        steps: Walk,
-        start: int,
-        compact: bool,
-        lenient: bool,
-        request: tuple[RequestHeader, bool] | None = None,
-    ) -> Walk:
+    def _unread_part(self, count: int) -> None:
+        """`count` bytes of the current frame passed on unread: one run with any before."""
+        parts = self._parts
+        assert parts is not None
+        last = parts[-1] if parts else None
+        if isinstance(last, int):
+            parts[-1] = last + count
+        else:
+            parts.append(count)
+
+    def _frame_seen(self) -> None:
+        """The current frame has passed on whole: tell the observer."""
+        assert self.on_frame_seen is not None and self._parts is not None
+        parts, self._parts = self._parts, []
+        records, self._records = self._records, None
+        request, self._request = self._request, None
+        self.on_frame_seen(parts, records, request)
+
+    def walking(self, steps: Walk, start: int, compact: bool, lenient: bool) -> Walk:
         """For on_head: walk this frame from `start` (an offset within its head; compact:
-        a flexible version's encodings; request: a request's header and whether it is
-        answered, passed on to on_records)."""
+        a flexible version's encodings)."""
         self._walk_from, self._compact, self._lenient = start, compact, lenient
-        self._request = request
         return steps
 
     def _start_frame(self) -> None:
@@ -320,8 +380,6 @@ class _Splitter:
             )
         self._size = size
         self._want = SIZE_PREFIX + min(size, self.head_size)
-        self._frame_start = self._next_frame
-        self._next_frame += SIZE_PREFIX + size
 
     def _reset(self) -> None:
         self._held.clear()
@@ -360,18 +418,19 @@ class _Requests(_Splitter):
                 raise
             return False  # the header is longer than the head: look at the whole frame
         self.exchange.observe_request(header, wanted)
+        self._request = (header, wanted)
         if self.records_only and header.body_offset is not None:
             plan = carrying_records(header.api_key, header.api_version, response=False)
             if plan is not None:  # a Produce request: its records pass unread
                 steps = walk(plan, header_tags=False, tail=False)  # the header is read
-                return self.walking(
-                    steps, header.body_offset, plan.flexible, True, (header, wanted)
-                )
+                return self.walking(steps, header.body_offset, plan.flexible, True)
         return True
 
     def on_frame(self, whole: bytes) -> bytes:
         header = parse_request_header(whole)
-        self.exchange.observe_request(header, expects_response(whole, header))
+        wanted = expects_response(whole, header)
+        self.exchange.observe_request(header, wanted)
+        self._request = (header, wanted)
         return whole
 
 
@@ -455,11 +514,12 @@ class Exchange:
         self.requests: Direction = self._requests
         self.responses: Direction = self._responses
 
-    def tell_records(self, requests: RecordsSeen, responses: RecordsSeen) -> None:
-        """Be told, once each frame that carries records is walked, where they lie (a
-        recording cuts them there instead of walking the frame again)."""
-        self._requests.on_records = requests
-        self._responses.on_records = responses
+    def observe(self, requests: FrameSeen, responses: FrameSeen) -> None:
+        """Be told of every frame once it has passed on, in parts, with where a walk found
+        its record data (a recording cuts them there: it never reads them, nor frames the
+        stream again)."""
+        self._requests.observe(requests)
+        self._responses.observe(responses)
 
     @property
     def waiting(self) -> int:

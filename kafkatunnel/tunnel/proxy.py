@@ -99,8 +99,11 @@ class ClientConnection:
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a Pipe's opaque bytes) reads them all.
         zero_copy = self.zero_copy and (recording is None or self.exchange.records_only)
+        # An Exchange hands a recording whole frames; a Pipe's bytes are framed by the trace.
+        streamed = recording
         if recording is not None and isinstance(self.exchange, Exchange):
-            self.exchange.tell_records(recording.records_in_request, recording.records_in_response)
+            self.exchange.observe(recording.request, recording.response)
+            streamed = None
         self.pumps = [
             Pump(
                 client,
@@ -110,8 +113,7 @@ class ClientConnection:
                 on_bytes=self._from_client,
                 on_source_end=self._client_ended,
                 on_sink_error=self._upstream_ended,
-                on_chunks=None if recording is None else recording.from_client,
-                on_unread=None if recording is None else recording.unread_from_client,
+                on_chunks=None if streamed is None else streamed.from_client,
             ),
             Pump(
                 upstream.read_fd,
@@ -121,8 +123,7 @@ class ClientConnection:
                 on_bytes=self._from_broker,
                 on_source_end=self._broker_ended,
                 on_sink_error=lambda _: self.close(),  # the client went away
-                on_chunks=None if recording is None else recording.to_client,
-                on_unread=None if recording is None else recording.unread_to_client,
+                on_chunks=None if streamed is None else streamed.to_client,
             ),
         ]
         for pump in self.pumps:

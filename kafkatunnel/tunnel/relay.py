@@ -64,7 +64,6 @@ class Pump:
         on_source_end: Callable[[BaseException | None], None],
         on_sink_error: Callable[[OSError], None],
         on_chunks: Callable[[list[Chunk]], None] | None = None,
-        on_unread: Callable[[int], None] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
@@ -75,9 +74,7 @@ class Pump:
         self.on_bytes = on_bytes
         self.on_source_end = on_source_end
         self.on_sink_error = on_sink_error
-        self.on_chunks = on_chunks  # what was read and passed on (a recording's view)
-        self.on_unread = on_unread  # how many bytes passed on without being read
-        self._untold = 0  # spliced, not yet told to on_unread (told once per run)
+        self.on_chunks = on_chunks  # what was read and passed on (a transparent recording's)
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: tuple[int, int, int] | None = None
@@ -131,16 +128,6 @@ class Pump:
         for _ in range(BURST):
             if not self._read() or not self._flush() or self._short:
                 break
-        if self._untold and not self.direction.unread:
-            self._tell_untold()
-
-    def _tell_untold(self) -> None:
-        """Tell on_unread what was spliced since it was last told: once the run of unread
-        bytes ends (a megabyte of records is one run, over many wake-ups), before anything
-        read after it, or as the source ends; not once per splice or per wake-up."""
-        assert self.on_unread is not None
-        untold, self._untold = self._untold, 0
-        self.on_unread(untold)
 
     def _read(self) -> bool:
         """Read once: False if nothing was there, or the source ended."""
@@ -167,8 +154,6 @@ class Pump:
             self._source_ended(error)
             return False
         if self.on_chunks is not None:
-            if self._untold:  # what was spliced came before these
-                self._tell_untold()
             self.on_chunks(chunks)
         self._out.extend(chunks)
         return True
@@ -184,16 +169,12 @@ class Pump:
             self._source_ended(None)
             return False
         self.direction.skip(moved)
-        if self.on_unread is not None:
-            self._untold += moved
         self._in_pipe = moved
         self.spliced += moved
         self.on_bytes(moved)
         return True
 
     def _source_ended(self, cause: BaseException | None) -> None:
-        if self._untold:
-            self._tell_untold()
         self.stop()
         self.on_source_end(cause)
 

@@ -1,21 +1,33 @@
 """A recording without payloads lets record data pass unread: the Exchange marks only the
-bytes inside record sets as unread (Produce requests, Fetch answers of every version), and
-a trace told "n bytes went by unread" writes exactly the packets it writes when it read
-everything. Any chunking, any splicing, every version kio knows."""
+bytes inside record sets as unread (Produce requests, Fetch answers of every version), hands
+the recording each frame with those runs as counts, and the trace writes exactly the
+packets it writes when it read everything. Any chunking, any splicing, every version kio
+knows."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.produce.v3 import request as produce_v3
+from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.capture.trace import ConnectionTrace, Request
+from kafkatunnel.capture.trace import ConnectionTrace
 from kafkatunnel.protocol.headers import parse_request_header
-from kafkatunnel.protocol.passage import REQUEST_HEAD, RESPONSE_HEAD, Direction, Exchange
+from kafkatunnel.protocol.passage import (
+    REQUEST_HEAD,
+    RESPONSE_HEAD,
+    Direction,
+    Exchange,
+    Part,
+    Records,
+    Request,
+)
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
 from tests.kio_messages import (
@@ -115,35 +127,44 @@ def _records_of(message: object) -> list[bytes]:
     return found
 
 
-Told = list[tuple[int, tuple[tuple[int, int], ...], bool, Request | None]]
+Observed = list[tuple[list[Part], Records | None, Request | None]]
 
 
-def _trace(
-    requests_in: list[bytes | int],
-    responses_in: list[bytes | int],
-    told: tuple[Told, Told] = ([], []),
-) -> list[bytes]:
-    """The packets a trace writes for these events; `told`: where the relay's walk said
-    each frame's records lay (then the trace need not walk them)."""
+def _trace_read(requests_in: bytes, responses_in: bytes) -> list[bytes]:
+    """The packets a trace writes for the two streams, read whole (cut by walking them)."""
     trace = ConnectionTrace(CLIENT, SERVER)
-    for spans in told[0]:
-        trace.records_in_request(*spans)
-    for spans in told[1]:
-        trace.records_in_response(*spans)
-    packets = []
-    for event in requests_in:
-        packets += (
-            trace.unread_from_client(event)
-            if isinstance(event, int)
-            else trace.from_client([event])
-        )
-    for event in responses_in:
-        if isinstance(event, int):
-            packets += trace.unread_to_client(event)
-        else:
-            packets += trace.to_client([event])
+    packets = trace.from_client([requests_in]) + trace.to_client([responses_in])
     assert trace.broken is None
     return packets
+
+
+def _trace_observed(requests_in: Observed, responses_in: Observed) -> list[bytes]:
+    """The packets a trace writes for the frames an Exchange handed over."""
+    trace = ConnectionTrace(CLIENT, SERVER)
+    packets: list[bytes] = []
+    for frame in requests_in:
+        packets += trace.request(*frame)
+    for frame in responses_in:
+        packets += trace.response(*frame)
+    assert trace.broken is None
+    return packets
+
+
+def _unread_in(frames: Observed, stream: bytes) -> list[tuple[int, int]]:
+    """Where in the stream each frame's counted runs lie; and each frame's parts are the
+    stream's bytes, but for those runs."""
+    found = []
+    at = 0
+    for parts, _, _ in frames:
+        for part in parts:
+            if isinstance(part, int):
+                found.append((at, at + part))
+                at += part
+            else:
+                assert bytes(part) == stream[at : at + len(part)]
+                at += len(part)
+    assert at == len(stream)
+    return found
 
 
 def _versions(api_key: int, first: int) -> list[int]:
@@ -177,23 +198,26 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
     whole_responses = b"".join(reading.responses.feed(response_stream))
 
     splicing = Exchange(tunnel_mapper, rewrite_caps(), records_only=True)
-    told: tuple[Told, Told] = ([], [])
-    splicing.tell_records(
-        lambda *spans: told[0].append(spans), lambda *spans: told[1].append(spans)
+    observed: tuple[Observed, Observed] = ([], [])
+    splicing.observe(
+        lambda *frame: observed[0].append(frame), lambda *frame: observed[1].append(frame)
     )
     sent = drive(splicing.requests, request_stream, cuts)
     received = drive(splicing.responses, response_stream, cuts)
     assert bytes(sent.out) == whole_requests == request_stream
     assert received.out == whole_responses
 
-    # Nothing but record data went by unread...
-    for seen, stream, message in (
-        (sent, request_stream, produced),
-        (received, response_stream, fetched),
-    ):
-        inside = record_spans(stream, _records_of(message))
-        for start, end in seen.unread_spans:
-            assert any(a <= start and end <= b for a, b in inside), (start, end, inside)
+    # Nothing but record data went by unread, and the recording was handed none of it...
+    for seen, frames, stream, out, message in (
+        (sent, observed[0], request_stream, request_stream, produced),
+        (received, observed[1], response_stream, whole_responses, fetched),
+    ):  # (a rewritten answer may differ in length: spliced runs are in what came in)
+        for spans, runs in (
+            (record_spans(stream, _records_of(message)), seen.unread_spans),
+            (record_spans(out, _records_of(message)), _unread_in(frames, out)),
+        ):
+            for start, end in runs:
+                assert any(a <= start and end <= b for a, b in spans), (start, end, spans)
     # ...and all of it did, but for what came in the frame's head or in the same piece as
     # the bytes before it (the relay reads at least 16 KiB at a time: so would it).
     for seen, message, head in ((sent, produced, REQUEST_HEAD), (received, fetched, RESPONSE_HEAD)):
@@ -201,19 +225,45 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
         unread = sum(e for e in seen.events if isinstance(e, int))
         assert unread >= sum(map(len, records)) - head - len(records) * max(cuts)
 
-    reference = _trace([whole_requests], [whole_responses])  # read whole, walked to cut
-    assert _trace(sent.events, received.events) == reference  # walked again by the trace
-    assert _trace(sent.events, received.events, told) == reference  # cut where told
-    assert len(told[0]) == 1 and len(told[1]) == 1  # the Produce request, the Fetch answer
-    # The request's header goes with its spans, as the relay read it: the trace reads
-    # neither the header nor the acks again.
-    assert told[0][0][3] == (parse_request_header(request_stream), produced.acks != 0)
-    assert told[1][0][3] is None
+    reference = _trace_read(whole_requests, whole_responses)  # read whole, walked to cut
+    assert _trace_observed(*observed) == reference  # cut where the Exchange's walk found
+    assert len(observed[0]) == 2 and len(observed[1]) == 1 + (produced.acks != 0)
+    # Each request's header goes with it, as the relay read it: the trace reads neither
+    # the header nor the acks again. The Produce request and the Fetch answer were walked.
+    produce, fetch = observed[0]
+    assert produce[2] == (parse_request_header(request_stream), produced.acks != 0)
+    assert fetch[2] is not None and fetch[2][0].api_key == FETCH
+    assert produce[1] is not None and fetch[1] is None
+    assert observed[1][-1][1] is not None and observed[1][-1][2] is None
 
 
-def test_a_frame_cut_short_by_unread_bytes_outside_records_breaks_only_its_trace() -> None:
-    """Bytes reported unread where the trace expects a header (a relay bug) stop the trace
-    with a reason; nothing is written for them and nothing raises."""
+def test_a_count_where_the_walk_found_no_records_keeps_only_the_header() -> None:
+    """A frame whose counted runs are not the record sets its walk found (a relay bug) is
+    written with its header only (fail closed); the trace goes on, nothing raises."""
+    data_produce = _one_partition_produce()
+    produce_request = request_frame(data_produce, 7)
     trace = ConnectionTrace(CLIENT, SERVER)
-    assert trace.unread_from_client(10) == []
-    assert trace.broken is not None and "outside a frame's body" in trace.broken
+    header = parse_request_header(produce_request)
+    assert header.body_offset is not None
+    records = _records_of(data_produce)[0]
+    at = produce_request.index(records)
+    parts: list[Part] = [produce_request[:at], len(records), produce_request[at + len(records) :]]
+    right = trace.request(parts, (((at, at + len(records)),), False), (header, True))
+    wrong = ConnectionTrace(CLIENT, SERVER).request(
+        parts, (((at + 1, at + 1 + len(records)),), False), (header, True)
+    )
+    assert trace.broken is None and len(right) == len(wrong) == 1
+    assert len(wrong[0]) == 40 + header.body_offset  # IP and TCP headers, the Kafka header
+    assert len(right[0]) == 40 + len(produce_request) - len(records)
+
+
+def _one_partition_produce() -> Any:
+    """A Produce v3 request (int32 lengths) with one record set of 500 bytes."""
+    partition = produce_v3.PartitionProduceData(index=0, records=random.Random(1).randbytes(500))  # type: ignore[arg-type]
+    topic = produce_v3.TopicProduceData(name="t", partition_data=(partition,))  # type: ignore[arg-type]
+    return produce_v3.ProduceRequest(
+        transactional_id=None,
+        acks=1,  # type: ignore[arg-type]
+        timeout=i32Timedelta.parse(datetime.timedelta(0)),
+        topic_data=(topic,),
+    )
