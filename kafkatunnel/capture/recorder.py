@@ -130,7 +130,7 @@ class Recorder:
         if self.failed is not None:  # the writer failed: make no more
             self._stop()
             return
-        if self.backlog > self.backlog_bytes:
+        if self._queued - self._handled > self.backlog_bytes:  # (backlog, inline: per frame)
             self.fail(
                 f"the disk fell {self.backlog >> 20} MiB behind the traffic (is "
                 f"{self.directory} on a slow or stalled disk?); record to a faster one"
