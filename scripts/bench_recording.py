@@ -117,9 +117,9 @@ def run(mode: str, requests: int, size: int) -> float:
 
     seconds = asyncio.run(relayed())
     if recording is not None:
+        recording.recorder.close()
         assert recording.trace.broken is None, recording.trace.broken
         assert recording.trace.frames == 2 * requests
-        recording.recorder.close()
     return seconds
 
 
