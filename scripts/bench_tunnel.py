@@ -164,7 +164,9 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     paths.append(proxied)
 
     for variant in tunnels:
-        loop, _, kind = variant.partition("-")  # "", copy, baseline, record, record-payloads
+        loop, _, kind = variant.partition("-")  # "", copy, record, record-payloads, baseline
+        from_baseline = kind.endswith("baseline")  # run from the --baseline tree
+        kind = kind.removesuffix("baseline").removesuffix("-")
         flags = ["--loop", loop] + (["--no-zero-copy"] if kind == "copy" else [])
         scratch = None
         if kind.startswith("record"):
@@ -172,7 +174,7 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
             flags += ["--record", str(scratch)]
             flags += ["--record-payloads"] if kind == "record-payloads" else []
         # -P: not the working directory first on sys.path, so PYTHONPATH picks the tree
-        code = {"PYTHONPATH": baseline} if kind == "baseline" and baseline else {}
+        code = {"PYTHONPATH": baseline} if from_baseline and baseline else {}
         name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
         p, q = free_port(), free_port()
         tunneled = _path(name, f"127.0.0.1:{q}", p, f"{TANSU_HOST}:{p}")
@@ -192,15 +194,21 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     return paths
 
 
-def produce(bootstrap: str, topic: str, count: int) -> float:
+def produce(bootstrap: str, topic: str, count: int, pace: float = 0) -> float:
+    """MB/s produced; pace: at most this many MB/s (0: as fast as it goes)."""
     payload = random.randbytes(VALUE)
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 1_000_000}
     )
     producer.produce(topic, b"warm-up")
     producer.flush(30)
+    per_second = pace * 1e6 / VALUE
     start = time.perf_counter()
-    for _ in range(count):
+    for index in range(count):
+        if per_second and not index % 1000:  # on schedule, a thousand messages at a time
+            due = start + index / per_second
+            while (now := time.perf_counter()) < due:
+                producer.poll(min(0.001, due - now))
         while True:
             try:
                 producer.produce(topic, payload)
@@ -263,13 +271,21 @@ def main() -> None:
         "--tunnels",
         default="uvloop,uvloop-copy,asyncio",
         help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy, "
-        "-record: --record DIR, -record-payloads: --record DIR --record-payloads",
+        "-record: --record DIR, -record-payloads: --record DIR --record-payloads; a variant "
+        "ending in -baseline runs from the --baseline tree",
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
     parser.add_argument(
         "--baseline",
-        help="also run kafkatunnel from this source tree (e.g. a git worktree of an earlier "
-        "commit) as the path kafkatunnel-uvloop-baseline",
+        help="run the variants ending in -baseline (uvloop-baseline if none does) from this "
+        "source tree, e.g. a git worktree of an earlier commit",
+    )
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0,
+        help="produce at this many MB/s instead of as fast as it goes: relay CPU per MB for "
+        "the same traffic on every path (a saturated run's depends on how reads fall)",
     )
     parser.add_argument(
         "--same-broker",
@@ -278,7 +294,9 @@ def main() -> None:
         "so relays write to a broker that often cannot take more (a slow upstream)",
     )
     args = parser.parse_args()
-    tunnels = args.tunnels.split(",") + (["uvloop-baseline"] if args.baseline else [])
+    tunnels = args.tunnels.split(",")
+    if args.baseline and not any(t.endswith("baseline") for t in tunnels):
+        tunnels.append("uvloop-baseline")
     paths = start_paths(tunnels, args.baseline)
     if args.paths:
         wanted = set(args.paths.split(","))
@@ -317,7 +335,7 @@ def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
         path.fresh_broker()
     topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
     before = cpu_seconds(path.relay_pids())
-    path.produce.append(produce(path.bootstrap, topic, args.messages))
+    path.produce.append(produce(path.bootstrap, topic, args.messages, args.pace))
     used = cpu_seconds(path.relay_pids()) - before
     path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
     path.consume.append(consume(path.bootstrap, topic, args.messages))
