@@ -215,8 +215,8 @@ class Recorder:
     ) -> None:
         """A frame that passed, its packets built later with others (BUILD_BATCH at a
         time, or HAND_OVER_AFTER after the first): a frame a megabyte of splicing after
-        the last found the trace's code and data gone from the CPU's caches, and its
-        packets cost three times what they cost built in a row."""
+        the last finds the trace's code and data gone from the CPU's caches; built in a
+        row, the packets of many share one warming."""
         if self._stopped:
             return
         self._frames.append((recording, response, parts, records, request, self.clock()))
