@@ -191,13 +191,13 @@ class Recorder:
             self._put(pcapng.interface_description(listener.name, listener.description(self.run)))
         return index
 
-    def write(self, interface: int, packets: list[bytes], now: int | None = None) -> None:
+    def write(self, interface: int, packets: list[bytes]) -> None:
         """Packets of one connection, in order after every frame passed before them."""
         if not packets or self._stopped:
             return
         if self._frames:
             self.build()
-        self._write(interface, packets, self.clock() if now is None else now)
+        self._write(interface, packets, self.clock())
 
     def _write(self, interface: int, packets: list[bytes], now: int) -> None:
         if self._file_bytes >= self.rotate_bytes:

@@ -149,9 +149,7 @@ class ConnectionTrace:
         self.frames += 1
         return self._request_seen(_frame(parts), records, request)
 
-    def response(
-        self, parts: list[Part], records: Records | None, _request: Request | None = None
-    ) -> list[bytes]:
+    def response(self, parts: list[Part], records: Records | None) -> list[bytes]:
         """A response frame as the tunnel's Exchange passed it on (see request)."""
         if self.broken is not None:
             return []

@@ -136,13 +136,8 @@ class _Splitter:
         if not 0 <= count <= self._passing:
             raise ValueError(f"cannot skip {count} bytes: only {self._passing} may pass unread")
         self._passing -= count
-        parts = self._parts
-        if parts is not None:  # (_unread_part inline: a splice at a time, a run in all)
-            last = parts[-1] if parts else None
-            if isinstance(last, int):
-                parts[-1] = last + count
-            else:
-                parts.append(count)
+        if self._parts is not None:
+            self._unread_part(count)
         if not self._passing:
             if self._walk is not None:
                 self._step(None, [])  # a walk's next step after records never emits

@@ -144,8 +144,8 @@ def _trace_observed(requests_in: Observed, responses_in: Observed) -> list[bytes
     packets: list[bytes] = []
     for frame in requests_in:
         packets += trace.request(*frame)
-    for frame in responses_in:
-        packets += trace.response(*frame)
+    for parts, records, _ in responses_in:
+        packets += trace.response(parts, records)
     assert trace.broken is None
     return packets
 
