@@ -78,6 +78,9 @@ def remove_stale_namespaces() -> list[str]:
     return removed
 
 
+INSIDE_PORTS = "61000 65499"  # the namespace's ephemeral ports (ip_local_port_range)
+
+
 class NetworkNamespace:
     """A namespace with its loopback up and an optional hosts file, removed on close."""
 
@@ -95,6 +98,11 @@ class NetworkNamespace:
         _run("ip", "netns", "add", self.name)
         try:
             _run("ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+            # Ports chosen inside (a mock broker's) come from above the host's own ephemeral
+            # range (32768-60999 by default): a host connection that happens to hold the same
+            # local port would stop a host listener of that number (a single forward's).
+            _run("ip", "netns", "exec", self.name, "sh", "-c",
+                 f"echo '{INSIDE_PORTS}' > /proc/sys/net/ipv4/ip_local_port_range")  # fmt: skip
             # `ip netns exec` bind-mounts /etc/netns/<name>/* over /etc/*: the namespace's
             # own name resolution, as a pod's cluster DNS or a laptop's resolver would give.
             etc = NETNS_ETC_DIR / self.name

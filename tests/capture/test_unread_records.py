@@ -100,12 +100,18 @@ def record_spans(stream: bytes, record_sets: list[bytes]) -> list[tuple[int, int
 
 
 def _with_unique_records(message: Any, rnd: random.Random) -> Any:
-    """The message with every non-empty record set replaced by random bytes long enough to
-    be found in the stream by value (hypothesis' one-byte record sets would match headers)."""
+    """The message with every non-empty record set replaced by bytes of a random length
+    found in the stream by value: each set starts with a mark of its own (hypothesis'
+    one-byte record sets would match headers, and its randomness, shrunk, is all zeros,
+    as headers are)."""
+    marks = iter(range(1_000_000))
 
     def unique(field: dataclasses.Field[Any], value: Any) -> Any:
         if field.name == "records" and isinstance(value, bytes):
-            return rnd.randbytes(rnd.randint(24, 3000)) if value else value
+            if not value:
+                return value
+            mark = f"<record set {next(marks)}>".encode()
+            return mark + rnd.randbytes(rnd.randint(24, 3000))
         return DESCEND if field.metadata.get("tag") is None else value
 
     return replace_fields(message, unique)
