@@ -18,8 +18,9 @@ broker that kept each round's data grew slower from round to round). Produce: N 
 acks=1; consume: the same N from the start; latency: Metadata round trips on one
 connection (each rewritten by the proxies that rewrite). "vs direct" and "added" are
 medians over rounds of those comparisons; relay CPU is the relay processes' CPU time per
-MB produced. Recording variants are also compared with the plain tunnel of the same round
-(their ratios to direct, divided), the figure the recording's cost is judged by.
+MB produced (every thread's, in the scheduler's nanoseconds). Recording variants are also
+compared with the plain tunnel of the same round (their ratios to direct, divided), the
+figure the recording's cost is judged by.
 """
 
 from __future__ import annotations
@@ -105,16 +106,31 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU time of these processes (and their reaped children) so far."""
-    total = 0
+def cpu_times(pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of every thread of these processes, and of their reaped
+    children: a thread's time on a CPU in nanoseconds from the scheduler
+    (/proc/PID/task/TID/schedstat).
+
+    Not utime + stime: those are ticks sampled 100 times a second, and a round's relay
+    uses only some 0.1-0.3 s of CPU, so a sampled figure moved by a quarter from one
+    measurement to the next for the same code."""
+    times: dict[str, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(f) for f in fields[11:15])  # its own and its reaped children's
-    return total / os.sysconf("SC_CLK_TCK")
+            times[f"{pid} reaped"] = sum(int(f) for f in fields[13:15]) / ticks
+            for task in os.listdir(f"/proc/{pid}/task"):
+                ran = Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]
+                times[f"{pid}/{task}"] = int(ran) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile: its parent's reaped children count it
+    return times
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> float:
+    """CPU seconds used between two cpu_times() (a thread gone by then is not counted)."""
+    return sum(max(0.0, spent - before.get(key, 0.0)) for key, spent in after.items())
 
 
 def broker(listen: int, advertised: str) -> ManagedProcess:
@@ -334,9 +350,9 @@ def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
     if not args.same_broker:
         path.fresh_broker()
     topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
-    before = cpu_seconds(path.relay_pids())
+    before = cpu_times(path.relay_pids())
     path.produce.append(produce(path.bootstrap, topic, args.messages, args.pace))
-    used = cpu_seconds(path.relay_pids()) - before
+    used = cpu_used(before, cpu_times(path.relay_pids()))
     path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
     path.consume.append(consume(path.bootstrap, topic, args.messages))
     p50, p99 = latency(path.bootstrap, args.requests)
