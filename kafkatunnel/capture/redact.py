@@ -29,6 +29,7 @@ from kafkatunnel.protocol.passage import Part, Records
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
 from kafkatunnel.protocol.streaming import (
+    AFTER_RECORDS,
     RESPONSE_WALK_START,
     TAIL,
     Walk,
@@ -182,28 +183,34 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
     reader = _Parts(parts)
     out = bytearray(reader.take(start))
     empty = wire.write_uvarint(1) if compact else wire.write_int32(0)
+    sent = b""  # bytes sent to the walk that it has not read yet
     try:
-        step = next(steps)
+        used, step = next(steps)
         while True:
-            if step > 0:
-                got = reader.take(step)
-                out += got
-                step = steps.send(got)
-                continue
-            if step == TAIL:
+            if step > 0:  # at least `step` bytes, or what is left (see streaming.Walk)
+                sent += reader.take(min(max(step - len(sent), 0), reader.left))
+            elif step == TAIL:
                 raise MalformedMessage("a recording's walk has no tail to rewrite")
-            length = -step  # records: drop their length prefix, taken just before
-            prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
-            if out[-len(prefix) :] != prefix:
-                raise MalformedMessage("a record set's length is not encoded as Kafka writes it")
-            del out[-len(prefix) :]
-            out += empty
-            reader.skip(length)
-            step = next(steps)
-    except StopIteration:
-        pass
-    if reader.left:
-        raise MalformedMessage(f"{reader.left} bytes follow the end of the message")
+            else:
+                length = -step  # records: drop their length prefix, read just before
+                prefix = wire.write_uvarint(length + 1) if compact else wire.write_int32(length)
+                if out[-len(prefix) :] != prefix:
+                    raise MalformedMessage(
+                        "a record set's length is not encoded as Kafka writes it"
+                    )
+                del out[-len(prefix) :]
+                out += empty
+                reader.skip(length - min(length, len(sent)))
+                sent = sent[length:]
+                sent += reader.take(min(max(AFTER_RECORDS - len(sent), 0), reader.left))
+            used, step = steps.send(sent)
+            out += sent[:used]
+            sent = sent[used:]
+    except StopIteration as end:
+        out += sent[: end.value]
+        sent = sent[end.value :]
+    if sent or reader.left:
+        raise MalformedMessage(f"{len(sent) + reader.left} bytes follow the end of the message")
     out[:SIZE_PREFIX] = (len(out) - SIZE_PREFIX).to_bytes(SIZE_PREFIX, "big")
     return bytes(out)
 

@@ -37,8 +37,10 @@ from kafkatunnel.protocol.rewrite import (
 )
 from kafkatunnel.protocol.schema import StructPlan
 from kafkatunnel.protocol.streaming import (
+    AFTER_RECORDS,
     RESPONSE_WALK_START,
     TAIL,
+    Got,
     Walk,
     addresses_in_tail,
     carrying_records,
@@ -140,7 +142,8 @@ class _Splitter:
             self._unread_part(count)
         if not self._passing:
             if self._walk is not None:
-                self._step(None, [])  # a walk's next step after records never emits
+                if not self._left:  # records end the frame: the walk's end (see _next)
+                    self._resume(b"")
             elif self._parts is not None:
                 self._frame_seen()
 
@@ -166,7 +169,8 @@ class _Splitter:
                 self._passing -= take
                 if not self._passing:
                     if self._walk is not None:
-                        self._step(None, out)
+                        if not self._left:  # records end the frame: the walk's end
+                            self._resume(b"")
                     elif self._parts is not None:
                         self._frame_seen()
                 continue
@@ -175,10 +179,10 @@ class _Splitter:
                 and not self._tail
                 and not self._held
                 and self._want <= end - pos
-            ):  # walk steps whose bytes are all here: taken where they lie, passed on as is
+            ):  # the walk reads what is here where it lies; it passes on as is
                 if run < 0:
                     run = pos
-                pos = self._steps_here(view, pos)
+                pos += self._resume(view[pos : pos + min(end - pos, self._left)])
                 continue
             if run >= 0:
                 out.append(view[run:pos])
@@ -191,7 +195,13 @@ class _Splitter:
             held = bytes(self._held)
             if self._walk is not None:
                 self._held.clear()
-                self._step(held, out)
+                if self._tail:
+                    self._tail_read(held, out)
+                    continue
+                used = self._resume(held)
+                out.append(held if used == len(held) else held[:used])
+                if used < len(held):  # read by whatever comes next: records, say
+                    self._feed(memoryview(held)[used:], out)
                 continue
             if self._size < 0:
                 self._start_frame()
@@ -222,7 +232,7 @@ class _Splitter:
                     self._parts.append(out[-1])
                 self._walk, self._left = decision, SIZE_PREFIX + self._size - start
                 self._held.clear()
-                self._step(None, out)
+                self._resume(None)
                 self._feed(memoryview(held)[start:], out)  # what the head held beyond
         if run >= 0:
             out.append(view[run:pos])
@@ -235,71 +245,43 @@ class _Splitter:
             self._parts.append(out[-1])
             self._frame_seen()
 
-    def _step(self, got: bytes | None, out: list[Chunk]) -> None:
-        """Give a walked frame's walk what it asked for (got) and pass that on, then set up
-        the walk's next step (see _next)."""
+    def _tail_read(self, tail: bytes, out: list[Chunk]) -> None:
+        """A walked frame's tail is here: pass on what on_tail makes of it."""
+        out.append(self.on_tail(tail))
+        self._walk, self._tail, self._lenient = None, False, False
+        self._walked()
+        self._reset()
+        if self._parts is not None:
+            self._parts.append(out[-1])
+            self._frame_seen()
+
+    def _resume(self, sent: Got | None) -> int:
+        """Send the walk the frame's bytes on hand (None: start it) and set up its next step
+        (see _next); how many of them it read, which pass on as they are."""
         walk = self._walk
         assert walk is not None
-        if self._tail:
-            assert got is not None
-            out.append(self.on_tail(got))
-            self._walk, self._tail, self._lenient = None, False, False
-            self._walked()
-            self._reset()
-            if self._parts is not None:
-                self._parts.append(out[-1])
-                self._frame_seen()
-            return
-        if got is not None:
-            out.append(got)
-            self._left -= len(got)
-            if self._parts is not None:
-                self._parts.append(got)
         try:
-            step = next(walk) if got is None else walk.send(got)
-        except StopIteration:
+            used, step = walk.send(sent)  # type: ignore[arg-type]
+        except StopIteration as end:
+            self._took(sent, end.value)
             self._walk_over(None)
-            return
+            return end.value  # type: ignore[no-any-return]
         except MalformedMessage as error:
+            used = len(sent) if sent else 0  # read, as what is left of the frame will be
+            self._took(sent, used)
             self._walk_over(error)
-            return
+            return used
+        if used:
+            self._took(sent, used)
         self._next(step)
+        return used
 
-    def _steps_here(self, view: memoryview, pos: int) -> int:
-        """Walk steps whose bytes are all in view from pos on, taken where they lie (the
-        caller passes them on unchanged); the position after them."""
-        walk, want, end, left = self._walk, self._want, len(view), self._left
-        assert walk is not None
-        send = walk.send
-        start = pos
-        while True:
-            got = view[pos : pos + want]
-            pos += want
-            left -= want
-            try:
-                step = send(got)
-            except StopIteration:
-                self._steps_end(view[start:pos], left, None)
-                return pos
-            except MalformedMessage as error:
-                self._steps_end(view[start:pos], left, error)
-                return pos
-            if 0 < step <= left and step <= end - pos:
-                want = step
-                continue
-            self._left = left
-            if self._parts is not None:
-                self._parts.append(view[start:pos])
-            self._next(step)
-            return pos
-
-    def _steps_end(self, taken: memoryview, left: int, error: MalformedMessage | None) -> None:
-        """_steps_here's walk ended, having taken these bytes (no exception is kept in a
-        local there: a traceback holding its frame would be a cycle for the GC)."""
-        self._left = left
-        if self._parts is not None:
-            self._parts.append(taken)
-        self._walk_over(error)
+    def _took(self, sent: Got | None, used: int) -> None:
+        """The walk read `used` bytes of those sent."""
+        self._left -= used
+        if used and self._parts is not None:
+            assert sent is not None
+            self._parts.append(sent if used == len(sent) else sent[:used])
 
     def _next(self, step: int) -> None:
         """Set up the walk's next step: bytes to hold for it, bytes to pass unread (records),
@@ -310,9 +292,9 @@ class _Splitter:
                     raise MalformedMessage("the frame ends before its tagged fields")
                 self._tail, self._want = True, self._left
             elif step > 0:
-                if step > self._left:
+                if not self._left:
                     raise MalformedMessage("a field runs past the end of its frame")
-                self._want = step
+                self._want = min(step, self._left)  # fewer: the walk sees the frame end
             else:
                 if -step > self._left:
                     raise MalformedMessage("records run past the end of their frame")
@@ -320,6 +302,7 @@ class _Splitter:
                 self._spans.append((at, at - step))
                 self._left += step
                 self._passing = -step
+                self._want = min(AFTER_RECORDS, self._left)  # then sent what follows
         except MalformedMessage as error:
             self._walk_over(error)
 

@@ -13,12 +13,13 @@ KIP-482 asks); one that would be longer drops NodeEndpoints instead, so the clie
 Metadata, as clients did before KIP-951. Either way the client never sees an in-cluster
 address.
 
-The walk is a generator of steps: n > 0 asks for the next n bytes (sent back into the
-generator, passed on unchanged); n < 0 lets -n bytes of record data pass unread (only
-records ever do); TAIL asks for the rest of the frame, the top-level tagged fields, which
-rewrite_tail() then rewrites. The same walks, without TAIL, let a recording tunnel splice
-the records of any message that carries them (a Produce request's walked from its body)
-while it reads everything else.
+The walk is a generator of steps over the frame's bytes as they arrive. Sent the bytes on
+hand, it reads every field they hold and says how many it read and its next step: n > 0,
+the next n bytes are needed to go on (or what is left of the frame, if less); n < 0, -n
+bytes of record data pass unread (only records ever do); TAIL, the rest of the frame, the
+top-level tagged fields, which rewrite_tail() then rewrites. The same walks, without TAIL,
+let a recording tunnel splice the records of any message that carries them (a Produce
+request's walked from its body) while it reads everything else.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from kafkatunnel.protocol.schema import (
     STRUCT,
     STRUCT_ARRAY,
     VARIABLE,
-    VARIABLE_ARRAY,
     FieldPlan,
     StructPlan,
     request_plan,
@@ -50,8 +50,12 @@ RESPONSE_WALK_START = SIZE_PREFIX + 4  # a response's walk starts after its corr
 # Tags for padding, after every tag Kafka defines: the largest of two and of three bytes
 # (a varint's width steps at 128, so one width alone cannot pad to every size).
 PADDING_TAGS = (0x3FFF, 0x1FFFFF)
-Got = bytes | memoryview  # the bytes a step asked for, as they lie
-Walk = Generator[int, Got | None, None]
+Got = bytes | memoryview  # bytes of the frame sent to a walk, as they lie
+# What a walk says after each resume: how many of the bytes sent it has read, and its next
+# step. Sent: the frame's bytes from there on, as many as are on hand, at least the step's
+# n or what is left of the frame if less (a walk sent fewer knows the frame ends first).
+Step = tuple[int, int]
+Walk = Generator[Step, Got, int]
 
 
 @functools.cache
@@ -106,6 +110,11 @@ class _Element(NamedTuple):
 
 
 _TAGS = object()  # a tagged-field section
+_VARINT = 5  # bytes a varint may take, at the most
+# A walk's first bytes, and those after record data, are sent without being asked for:
+# best at least this many (or what is left of the frame), so that a length or count that
+# follows is read at once; a walk sent fewer asks for the rest.
+AFTER_RECORDS = _VARINT
 
 
 def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Walk:
@@ -114,130 +123,149 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
     request's walk starts at its body), then TAIL for the top-level tagged fields to be
     rewritten, or (tail=False) those fields walked like the rest.
 
-    One generator over an explicit stack of what is left to walk, not a generator per
-    struct and field: a step resumes one frame (a compact length is read in this loop
-    too), which is what a recording tunnel pays per field of every Produce request and
-    Fetch answer."""
+    Each resume reads every field whose bytes it was sent: the head of a 1 MB Produce
+    request is one resume up to its records, not one per field (what a recording tunnel
+    pays for every Produce request and Fetch answer). One generator over an explicit stack
+    of what is left to walk, not a generator per struct and field; a varint or a length
+    is read inline, the bytes on hand checked first."""
     todo: list[object] = [TAIL] if tail else [_TAGS] if plan.flexible else []
     todo += reversed(plan.steps)  # runs of fixed-size fields are one step each
     if header_tags:
         todo.append(_TAGS)
+    buf = yield 0, AFTER_RECORDS  # the bytes last sent; those before pos are walked
+    pos, end = 0, len(buf)
     while todo:
         item = todo.pop()
         kind = item.__class__
         if kind is int:  # fixed-size fields, or TAIL (0)
-            yield item  # type: ignore[misc]
-        elif kind is FieldPlan:
-            field: FieldPlan = item  # type: ignore[assignment]
-            form = field.kind
-            if not field.compact or form is FIXED or form is STRUCT:
-                yield from _field(field, todo)
-                continue
-            # A compact length or count, read here rather than through _field, _length
-            # and _uvarint: each of those generators is a frame to resume for every byte.
-            byte = (yield 1)[0]  # type: ignore[index]
-            length = (byte if byte < 0x80 else (yield from _uvarint_after(byte))) - 1
-            if length <= 0:
-                if length == 0 or (length == -1 and field.nullable):
-                    continue
-                raise MalformedMessage(f"{field.name} has length {length}")
-            if form is VARIABLE:
-                yield -length if field.kafka_type == "records" else length
-            elif form is STRUCT_ARRAY:
-                todo.append(_Repeat(length, field.struct))  # type: ignore[arg-type]
-            elif form is FIXED_ARRAY:
-                yield length * field.size
-            else:
-                todo.append(_Repeat(length, _Element(field)))
-        elif kind is StructPlan:
+            if not item:
+                yield pos, TAIL
+                return pos
+            if end - pos < item:  # type: ignore[operator]
+                buf, pos, end = yield from _more(buf, pos, item)  # type: ignore[arg-type]
+            pos += item  # type: ignore[operator]
+            continue
+        if kind is StructPlan:
             if item.flexible:  # type: ignore[attr-defined]
                 todo.append(_TAGS)  # below the top level they name no broker (see streamable)
             todo += reversed(item.steps)  # type: ignore[attr-defined]
-        elif kind is _Repeat:
+            continue
+        if kind is _Repeat:
             repeat: _Repeat = item  # type: ignore[assignment]
             if repeat.times > 1:
                 todo.append(_Repeat(repeat.times - 1, repeat.element))
             todo.append(repeat.element)
-        elif kind is _Element:
-            yield from _variable(item.field)  # type: ignore[attr-defined]
+            continue
+        if kind is _Element:
+            field: FieldPlan = item.field  # type: ignore[attr-defined]
+            form = VARIABLE
+        elif kind is FieldPlan:
+            field = item  # type: ignore[assignment]
+            form = field.kind
         else:  # _TAGS
-            count = (yield 1)[0]  # type: ignore[index]
-            if not count:  # the usual case: no tagged fields
-                continue
-            if count >= 0x80:
-                count = yield from _uvarint_after(count)
+            if pos < end and buf[pos] < 0x80:  # the usual case: a count of one byte, zero
+                count = buf[pos]
+                pos += 1
+                if not count:
+                    continue
+            else:
+                count, buf, pos, end = yield from _uvarint(buf, pos, end)
             for _ in range(count):
-                yield from _uvarint()  # the tag
-                size = yield from _uvarint()
-                if size:
-                    yield size
-
-
-def _field(field: FieldPlan, todo: list[object]) -> Walk:
-    """Walk a field that is not a run of fixed-size ones: what it holds goes on `todo`."""
-    kind = field.kind
-    if kind is VARIABLE:
-        yield from _variable(field)
-    elif kind is STRUCT:
-        assert field.struct is not None
-        present = True
-        if field.nullable:
-            marker = (yield 1)[0]  # type: ignore[index]
-            if marker not in (0xFF, 1):
-                raise MalformedMessage(f"nullable struct {field.name} has marker {marker}")
-            present = marker == 1
-        if present:
-            todo.append(field.struct)
-    elif kind is FIXED:
-        yield field.size
-    else:
-        count = yield from _length(field, width=4)
-        if not count:
-            return
-        if kind is FIXED_ARRAY:
-            yield count * field.size
-        elif kind is VARIABLE_ARRAY:
-            todo.append(_Repeat(count, _Element(field)))
-        else:
+                _tag, buf, pos, end = yield from _uvarint(buf, pos, end)
+                size, buf, pos, end = yield from _uvarint(buf, pos, end)
+                if end - pos < size:
+                    buf, pos, end = yield from _more(buf, pos, size)
+                pos += size
+            continue
+        if form is FIXED:
+            if end - pos < field.size:
+                buf, pos, end = yield from _more(buf, pos, field.size)
+            pos += field.size
+            continue
+        if form is STRUCT:
             assert field.struct is not None
-            todo.append(_Repeat(count, field.struct))
+            if field.nullable:
+                if pos == end:
+                    buf, pos, end = yield from _more(buf, pos, 1)
+                marker = buf[pos]
+                pos += 1
+                if marker not in (0xFF, 1):
+                    raise MalformedMessage(f"nullable struct {field.name} has marker {marker}")
+                if marker != 1:
+                    continue
+            todo.append(field.struct)
+            continue
+        # A length or count: compact (a uvarint, plus one) or of 2 or 4 bytes.
+        if field.compact:
+            if pos < end and buf[pos] < 0x80:
+                length = buf[pos] - 1
+                pos += 1
+            else:
+                length, buf, pos, end = yield from _uvarint(buf, pos, end)
+                length -= 1
+        else:
+            width = 2 if form is VARIABLE and field.kafka_type == "string" else 4
+            if end - pos < width:
+                buf, pos, end = yield from _more(buf, pos, width)
+            length = int.from_bytes(buf[pos : pos + width], "big", signed=True)
+            pos += width
+        if length <= 0:
+            if length == 0 or (length == -1 and field.nullable):
+                continue
+            raise MalformedMessage(f"{field.name} has length {length}")
+        if form is VARIABLE:
+            if field.kafka_type == "records":  # passes unread; then what follows is sent
+                buf = yield pos, -length
+                pos, end = 0, len(buf)
+                continue
+            if end - pos < length:
+                buf, pos, end = yield from _more(buf, pos, length)
+            pos += length
+        elif form is STRUCT_ARRAY:
+            todo.append(field.struct if length == 1 else _Repeat(length, field.struct))  # type: ignore[arg-type]
+        elif form is FIXED_ARRAY:
+            length *= field.size
+            if end - pos < length:
+                buf, pos, end = yield from _more(buf, pos, length)
+            pos += length
+        else:
+            todo.append(_Repeat(length, _Element(field)))
+    return pos
 
 
-def _variable(field: FieldPlan) -> Walk:
-    length = yield from _length(field, width=2 if field.kafka_type == "string" else 4)
-    if length:
-        yield -length if field.kafka_type == "records" else length
+def _more(buf: Got, pos: int, need: int) -> Generator[Step, Got, tuple[Got, int, int]]:
+    """Ask for `need` bytes from pos on (the walk has fewer): the bytes then sent, from 0."""
+    buf = yield pos, need
+    if len(buf) < need:  # the frame ends first (see Walk)
+        raise MalformedMessage("a field runs past the end of its frame")
+    return buf, 0, len(buf)
 
 
-def _length(field: FieldPlan, width: int) -> Generator[int, Got | None, int]:
-    """A length or count (null: 0), compact (a uvarint, plus one) or of `width` bytes."""
-    if field.compact:
-        length = (yield from _uvarint()) - 1
-    else:
-        data = yield width
-        assert data is not None
-        length = int.from_bytes(data, "big", signed=True)
-    if length < -1 or (length == -1 and not field.nullable):
-        raise MalformedMessage(f"{field.name} has length {length}")
-    return max(length, 0)
+def _uvarint(buf: Got, pos: int, end: int) -> Generator[Step, Got, tuple[int, Got, int, int]]:
+    """The uvarint at pos, asking for more bytes if buf ends inside it, and the bytes and
+    position after it."""
+    value, after = _uvarint_in(buf, pos, end)
+    if after < 0:
+        buf = yield pos, _VARINT
+        pos, end = 0, len(buf)
+        value, after = _uvarint_in(buf, 0, end)
+        if after < 0:
+            raise MalformedMessage("a field runs past the end of its frame")
+    return value, buf, after, end
 
 
-def _uvarint() -> Generator[int, Got | None, int]:
-    return (yield from _uvarint_after((yield 1)[0]))  # type: ignore[index]
-
-
-def _uvarint_after(first: int) -> Generator[int, Got | None, int]:
-    """The rest of a varint whose first byte was `first`."""
-    value, shift, byte = 0, 0, first
-    for _ in range(4):
+def _uvarint_in(buf: Got, pos: int, end: int) -> tuple[int, int]:
+    """The uvarint at buf[pos:end] and the position after it; (0, -1) if it goes on past end."""
+    value = shift = 0
+    for at in range(pos, min(end, pos + _VARINT)):
+        byte = buf[at]
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return value
+            return value, at + 1
         shift += 7
-        byte = (yield 1)[0]  # type: ignore[index]
-    if byte & 0x80:
+    if end - pos >= _VARINT:
         raise MalformedMessage("a varint is longer than 5 bytes")
-    return value | (byte << shift)
+    return 0, -1
 
 
 def rewrite_tail(

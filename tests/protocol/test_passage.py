@@ -21,7 +21,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe
+from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe, Records
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
@@ -112,16 +112,29 @@ def drive(direction: Direction, stream: bytes, cuts: list[int], unread: list[boo
 @settings(max_examples=300, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 300_000), min_size=4, max_size=4),
-    cuts=st.lists(st.integers(1, 70_000), min_size=1, max_size=8),
+    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
     unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    records_only=st.booleans(),
 )
 def test_any_chunking_and_any_splicing_give_the_same_bytes(
-    sizes: list[int], cuts: list[int], unread: list[bool]
+    sizes: list[int], cuts: list[int], unread: list[bool], records_only: bool
 ) -> None:
+    """records_only (a recording's Exchange): Produce requests and Fetch answers are walked
+    as their bytes come, however they are cut, so that only their records pass unread."""
     requests, responses, received = conversation(sizes)
-    exchange = Exchange(tunnel_mapper, rewrite_caps())
+    exchange = Exchange(tunnel_mapper, rewrite_caps(), records_only=records_only)
+    found: list[Records | None] = []  # where the walks found each Produce's records
+    exchange.observe(
+        lambda _, records, request: found.extend([records] if request[0].api_key == 0 else []),  # type: ignore[index]
+        lambda *_: None,
+    )
 
     assert drive(exchange.requests, requests, cuts, unread) == requests
+    produced = [sizes[1], sizes[2]]
+    if records_only:  # each walked to its end, its one record set found where it lies
+        assert [[end - start for start, end in r[0]] if r else None for r in found] == [
+            [size] if size else [] for size in produced
+        ]
     assert exchange.waiting == 4  # the acks=0 Produce expects no answer
     assert exchange.stats.requests == {3: 1, 1: 1, 0: 2, 10: 1}
 
