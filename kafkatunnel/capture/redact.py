@@ -187,8 +187,9 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
     try:
         used, step = next(steps)
         while True:
-            if step > 0:  # at least `step` bytes, or what is left (see streaming.Walk)
-                sent += reader.take(min(max(step - len(sent), 0), reader.left))
+            if step > 0:  # at least `step` bytes, or all that may be read (see streaming.Walk:
+                # a length asks for a varint's five, and the record data after it is unread)
+                sent += reader.take(min(max(step - len(sent), 0), reader.readable))
             elif step == TAIL:
                 raise MalformedMessage("a recording's walk has no tail to rewrite")
             else:
@@ -202,7 +203,7 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
                 out += empty
                 reader.skip(length - min(length, len(sent)))
                 sent = sent[length:]
-                sent += reader.take(min(max(AFTER_RECORDS - len(sent), 0), reader.left))
+                sent += reader.take(min(max(AFTER_RECORDS - len(sent), 0), reader.readable))
             used, step = steps.send(sent)
             out += sent[:used]
             sent = sent[used:]
@@ -279,6 +280,17 @@ class _Parts:
             taken += more
             self._advance(len(more), len(part))
         return bytes(taken)
+
+    @property
+    def readable(self) -> int:
+        """Bytes that may be taken from here on: up to the next run never read."""
+        count, offset = 0, self.offset
+        for part in self.parts[self.index :]:
+            if isinstance(part, int):
+                break
+            count += len(part) - offset
+            offset = 0
+        return count
 
     def skip(self, size: int) -> None:
         if size > self.left:
