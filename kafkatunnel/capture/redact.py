@@ -29,7 +29,6 @@ from kafkatunnel.protocol.passage import Part, Records
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
 from kafkatunnel.protocol.streaming import (
-    AFTER_RECORDS,
     RESPONSE_WALK_START,
     TAIL,
     Walk,
@@ -202,8 +201,7 @@ def cut_records(parts: Sequence[Part], start: int, steps: Walk, compact: bool) -
                 del out[-len(prefix) :]
                 out += empty
                 reader.skip(length - min(length, len(sent)))
-                sent = sent[length:]
-                sent += reader.take(min(max(AFTER_RECORDS - len(sent), 0), reader.readable))
+                sent = sent[length:]  # the walk asks for what follows
             used, step = steps.send(sent)
             out += sent[:used]
             sent = sent[used:]

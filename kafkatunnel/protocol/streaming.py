@@ -34,7 +34,6 @@ from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_header_version
 from kafkatunnel.protocol.rewrite import BrokerAddress, ByteWalk, Mapper, keep_address, splice
 from kafkatunnel.protocol.schema import (
-    FIXED,
     FIXED_ARRAY,
     STRUCT,
     STRUCT_ARRAY,
@@ -176,11 +175,6 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
                 if end - pos < size:
                     buf, pos, end = yield from _more(buf, pos, size)
                 pos += size
-            continue
-        if form is FIXED:
-            if end - pos < field.size:
-                buf, pos, end = yield from _more(buf, pos, field.size)
-            pos += field.size
             continue
         if form is STRUCT:
             assert field.struct is not None
