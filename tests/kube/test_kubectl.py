@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,8 +64,9 @@ def test_forwards_survive_twenty_kills(
     last commit, which it recognises by (partition, offset) and skips).
 
     The librdkafka mock broker does not deduplicate an idempotent producer's retried batch
-    (same producer id, epoch and sequence): a retry after a kill can be appended twice. So
-    the groups are held to the log exactly, and the produced messages to be all in it. (The
+    (same producer id, epoch and sequence): a retry after a kill can be appended twice (a CI
+    run saw 6 in 20 kills). So the groups are held to the log exactly, the produced messages
+    to be all in it, and anything more to be second copies of requests in flight at a kill. (The
     tansu broker is no better a judge: under the same faults it acknowledged every message
     and kept 1,484 of 1,500.)"""
     tunnel = kube_tunnel(cluster)  # default selectors find the pods
@@ -97,7 +99,13 @@ def test_forwards_survive_twenty_kills(
     assert run.failed == 0 and run.acknowledged
     assert run.log.consumed == run.log_size
     assert set(run.log.values) == run.acknowledged  # nothing acknowledged is lost
-    assert 0 <= run.log_size - len(run.acknowledged) <= 3, run.log_size  # the mock's duplicates
+    copies = Counter(run.log.values)
+    duplicated = {value: n for value, n in copies.items() if n > 1}
+    # the mock's duplicates: a retried request appended twice, never more; at most the
+    # requests in flight on the killed connection (librdkafka's idempotent producer keeps
+    # at most 5; at one message per 20 ms and linger.ms=5, one message each)
+    assert set(duplicated.values()) <= {2}, duplicated
+    assert len(duplicated) <= 5 * len(run.restore_times), duplicated
     for group, result in run.results.items():
         assert sorted(result.values) == sorted(run.log.values), (group, len(result.values))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import uuid
@@ -163,7 +164,7 @@ def test_one_relay_per_broker_every_group_ok(captures: dict[str, Plain], tmp_pat
     assert all("CONSUMED 20" in line for line in plain.consumed.values()), plain.consumed
     page = tmp_path / "report.html"
     code, report, err = _verify(plain.path, "--strict", "--html", str(page))
-    assert code == 0, report
+    assert code == 0, (err[-2000:], _why(report, plain))
     text = page.read_text()
     for said in ("Brokers behind the captured addresses", "behaviour", str(plain.path),
                  "no leak check was possible", *plain.relays.values()):  # fmt: skip
@@ -174,7 +175,8 @@ def test_one_relay_per_broker_every_group_ok(captures: dict[str, Plain], tmp_pat
     assert _verdicts(report) == dict.fromkeys(plain.coordinators, "ok")
     found = _addresses(report)
     for node, relay in plain.relays.items():
-        assert (found[relay]["node"], found[relay]["method"]) == (node, "behaviour"), found[relay]
+        shown = (found[relay]["node"], found[relay]["method"])
+        assert shown == (node, "behaviour"), (node, relay, found, _why(report, plain))
     assert report["sources"] == [str(plain.path)] and report["tunnel_recording"] is False
 
 
@@ -219,7 +221,8 @@ def test_a_relay_to_two_brokers_is_ambiguous(
     verdicts = _verdicts(report)
     for group, line in plain.consumed.items():
         denied = "NOT_COORDINATOR 0" not in line  # what the consumer itself saw
-        assert verdicts[group] == ("misrouted" if denied else "ok"), (group, line, verdicts)
+        expected = "misrouted" if denied else "ok"
+        assert verdicts[group] == expected, (group, line, _why(report, plain), relay)
     assert set(verdicts.values()) == {"ok", "misrouted"}, (verdicts, plain.consumed)
     assert code == 1
 
@@ -292,20 +295,41 @@ def test_spark_and_the_single_process_agree(captures: dict[str, Plain], spark: A
 def test_a_file_cut_short_is_named_with_its_offset(
     captures: dict[str, Plain], tmp_path: Path
 ) -> None:
-    """tcpdump's pcap and kafkatunnel's pcapng, each cut in the middle of a packet (a copy
-    made while still being written): what precedes is judged, the file is reported with the
-    byte where it ends, and --strict fails the run."""
+    """tcpdump's pcap and kafkatunnel's pcapng, each cut inside a packet's header or its
+    data, two thirds in (a copy made while still being written): what precedes is judged, the
+    file is reported with the byte where the cut packet starts, and --strict fails the run."""
     from tests.verify.conftest import ROUTED
 
     for original in (captures["healthy"].path, sorted(ROUTED.iterdir())[0]):
         data = original.read_bytes()
-        cut = tmp_path / f"cut-{original.name}"
-        cut.write_bytes(data[: len(data) * 2 // 3])
-        code, report, err = _verify(cut)
-        assert code == 0 and report["groups"], report
-        (where,) = report["cut_short"]
-        offset = int(where.rsplit(" ", 1)[1])
-        assert where.startswith(f"{cut} at byte ") and 0 < offset < len(data) * 2 // 3
-        assert any(f"cut short at byte {offset}" in p for p in report["problems"])
-        code, _, err = _verify(cut, "--strict")
-        assert code == 1 and f"strict: cut short: {cut} at byte {offset}" in " ".join(err.split())
+        start, length = next((s, n) for s, n in _packets(data) if s >= len(data) * 2 // 3)
+        for inside in (7, length // 2):  # in the record or block header; in its data
+            cut = tmp_path / f"cut-{inside}-{original.name}"
+            cut.write_bytes(data[: start + inside])
+            code, report, err = _verify(cut)
+            assert code == 0 and report["groups"], report
+            assert report["cut_short"] == [f"{cut} at byte {start}"], report["cut_short"]
+            assert any(f"cut short at byte {start}" in p for p in report["problems"])
+            code, _, err = _verify(cut, "--strict")
+            said = " ".join(err.split())
+            assert code == 1 and f"strict: cut short: {cut} at byte {start}" in said, said
+
+
+def _packets(data: bytes) -> Iterator[tuple[int, int]]:
+    """(offset, length) of each pcap record or pcapng block, read here independently of the
+    reader under test (pcap: 24-byte file header, 16-byte record headers with the captured
+    length at 8; pcapng: each block's total length at 4, in the section's byte order)."""
+    if data[:4] == b"\x0a\x0d\x0d\x0a":
+        order = "<" if data[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+        pos = 0
+        while pos + 8 <= len(data):
+            (length,) = struct.unpack_from(order + "I", data, pos + 4)
+            yield pos, length
+            pos += length
+        return
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    pos = 24
+    while pos + 16 <= len(data):
+        (captured,) = struct.unpack_from(order + "I", data, pos + 8)
+        yield pos, 16 + captured
+        pos += 16 + captured
