@@ -71,26 +71,34 @@ kt_check_java() {
   return 1
 }
 
-# systemd-resolved for the tests, unpacked next to the virtualenv, never installed: the
-# package would take over this machine's /etc/resolv.conf. The tests run it in a network
-# and mount namespace of its own, with a D-Bus of its own.
-kt_resolved_for_tests() {
-  local target="$KT_VENV/opt/systemd-resolved" work
-  if [ -x "$target/lib/systemd/systemd-resolved" ]; then return 0; fi
+# A Debian package unpacked next to the virtualenv for the tests, never installed:
+#   kt_unpack_for_tests PACKAGE FILE-IT-SHIPS
+kt_unpack_for_tests() {
+  local package="$1" target="$KT_VENV/opt/$1" work
+  if [ -x "$target/$2" ]; then return 0; fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    kt_log "no apt-get: the systemd-resolved tests will say what they miss"
+    kt_log "no apt-get: the tests that need $package will say what they miss"
     return 0
   fi
-  kt_log "unpacking systemd-resolved (for the tests) into $target"
+  kt_log "unpacking $package (for the tests) into $target"
   work="$(mktemp -d)" && chmod 755 "$work"
-  if ! (cd "$work" && apt-get download -q systemd-resolved >/dev/null 2>&1); then
+  if ! (cd "$work" && apt-get download -q "$package" >/dev/null 2>&1); then
     kt_apt_update  # no package lists yet
-    (cd "$work" && apt-get download -q systemd-resolved >/dev/null)
+    (cd "$work" && apt-get download -q "$package" >/dev/null)
   fi
   mkdir -p "$target"
-  dpkg -x "$work"/systemd-resolved_*.deb "$target"
+  dpkg -x "$work/${package}"_*.deb "$target"
   rm -rf "$work"
 }
+
+# systemd-resolved: installed, the package would take over this machine's
+# /etc/resolv.conf. The tests run it in a network and mount namespace of its own, with a
+# D-Bus of its own.
+kt_resolved_for_tests() { kt_unpack_for_tests systemd-resolved lib/systemd/systemd-resolved; }
+
+# Debian's kubectl (kubernetes-client, 1.20): the oldest real kubectl the tests drive,
+# beside whatever newer ones the machine has; unpacked, so it never shadows the user's own.
+kt_kubectl_for_tests() { kt_unpack_for_tests kubernetes-client usr/bin/kubectl; }
 
 # The virtualenv, reinstalled only when pyproject.toml changed.
 kt_venv() {

@@ -9,11 +9,13 @@ connections that went through a dead forward so clients reconnect.
 Worse are forwards that stay alive and stop working. After the pod behind it restarted,
 kubectl keeps listening while every connection logs "error creating error stream for port
 A -> B: Timeout occured" and fails after 30 s (kubernetes/kubectl#686; the same line after
-many interrupted connections, kubernetes/kubernetes#78446); after the pod is gone, each
-connection logs "an error occurred forwarding A -> B: ... No such container" and is closed
-at once (kubernetes/kubernetes#67059). kubectl has spelt it "occured" and "occurred". Such a
-line, a periodic check while idle, or a wake from sleep, makes the supervisor ask the broker
-for ApiVersions through the forward; no answer within PROBE_TIMEOUT and it is replaced.
+many interrupted connections, kubernetes/kubernetes#78446); kubectl has spelt it "occured"
+and "occurred", and logs it structured since 1.37. After the pod is gone, a connection logs
+"an error occurred forwarding A -> B: ... No such container" (kubernetes/kubernetes#67059):
+kubectl up to 1.22 then goes on closing every connection so; since 1.23
+(kubernetes/kubernetes#103526) it ends with "lost connection to pod". Such a line, a
+periodic check while idle, or a wake from sleep, makes the supervisor ask the broker for
+ApiVersions through the forward; no answer within PROBE_TIMEOUT and it is replaced.
 """
 
 from __future__ import annotations
@@ -33,10 +35,14 @@ log = logging.getLogger("kafkatunnel.kube")
 
 FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
 LOST = "lost connection to pod"
-# kubectl's lines for connections that a living forward failed (both spellings).
+# kubectl's lines for connections that a living forward failed: both spellings, and the
+# structured form client-go logs them in since kubernetes#129331 (kubectl 1.37):
+# "Error creating error stream" err="Timeout occurred" localPort=A remotePort=B
 TROUBLE = re.compile(
     r"error creating (?:error|forwarding) stream for port \S+ -> \S+: Timeout occurr?ed"
     r"|an error occurr?ed forwarding \S+ -> \S+"
+    r'|"Error creating (?:error|forwarding) stream" err="Timeout occurr?ed"'
+    r'|"An error occurred forwarding" err='
 )
 PROBE_TIMEOUT = 5.0  # seconds for the broker to answer ApiVersions through the forward
 

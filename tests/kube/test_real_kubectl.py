@@ -1,0 +1,297 @@
+"""--via kubectl with the real kubectl binaries, not the stand-in: every kubectl found on this
+machine (the one on PATH, and each `kubectl.1.NN` the Google Cloud SDK ships beside it)
+talks to tests/kube/apiserver.py, which serves the stand-in's world over the Kubernetes API
+and pods/portforward over SPDY/3.1. What kubectl prints, when it exits and how it fails are
+then kubectl's own, in every version here, and the supervisor's reading of them is tested
+against that rather than against lines copied into the stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.kube.kubectl import Kubectl
+from kafkatunnel.kube.portforward import LOST, TROUBLE, PortForward, probe_through
+from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import consume_groups, produce
+from kafkatunnel.waiting import wait_for
+from tests.kube.conftest import STANDIN, World
+from tests.kube.faults import kube_tunnel, ready_routes
+
+APISERVER = Path(__file__).with_name("apiserver.py")
+DEBIAN_KUBECTL = Path(sys.executable).parent.parent / "opt/kubernetes-client/usr/bin/kubectl"
+
+
+def _version(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+def real_kubectls() -> dict[str, str]:
+    """version ("1.32") -> binary, for each real kubectl here: the one on PATH (without the
+    stand-in), its versioned siblings (the Cloud SDK's kubectl dispatches to them), and
+    Debian's kubernetes-client (1.20) that scripts/test unpacks beside the virtualenv."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(STANDIN))
+    candidates = [str(DEBIAN_KUBECTL)]
+    found = shutil.which("kubectl", path=path)
+    if found is not None:
+        siblings = Path(found).resolve().parent.glob("kubectl.1.*")
+        candidates += [found, *sorted(str(p) for p in siblings)]
+    versions: dict[str, str] = {}
+    for binary in candidates:
+        try:
+            out = subprocess.run([binary, "version", "--client", "-o", "json"],
+                                 capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        match = re.search(r'"gitVersion": "v(\d+\.\d+)', out)
+        if match and match[1] not in versions:
+            versions[match[1]] = binary
+    return dict(sorted(versions.items(), key=lambda kv: _version(kv[0])))
+
+
+KUBECTLS = real_kubectls()
+needs_kubectl = pytest.mark.skipif(not KUBECTLS, reason="no real kubectl on this machine")
+NEWEST = list(KUBECTLS)[-1] if KUBECTLS else ""
+
+
+@pytest.fixture
+def apiserver(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The world served by the API server, a kubeconfig for it, and the real kubectl on PATH
+    in front of the stand-in; yields the world's path."""
+    path = world()
+    port = free_port()
+    server = ManagedProcess([sys.executable, str(APISERVER), str(path), str(port)],
+                            name="apiserver")  # fmt: skip
+    server.wait_for_line(r"^serving on ", timeout=30)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: kind-demo\n"
+        f"clusters:\n- name: demo\n  cluster:\n    server: http://127.0.0.1:{port}\n"
+        "contexts:\n- name: kind-demo\n  context:\n    cluster: demo\n    user: developer\n"
+        "users:\n- name: developer\n  user:\n    token: not-checked\n"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").symlink_to(KUBECTLS[NEWEST])
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube-cache"))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    try:
+        yield path
+    finally:
+        server.stop()
+
+
+def _up(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "--no-table", *args],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )  # fmt: skip
+
+
+def _says(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, text
+    for phrase in phrases:
+        assert phrase in text, (phrase, text)
+
+
+@needs_kubectl
+def test_every_coordinator_through_real_kubectl(cluster: LocalCluster, apiserver: Path) -> None:
+    tunnel = kube_tunnel(cluster, target="statefulset/kafka")
+    try:
+        routes = wait_for(lambda: ready_routes(tunnel), timeout=30, what="a ready forward each")
+        assert len(routes) == 3
+        topic = f"real-{uuid.uuid4().hex[:6]}"
+        assert produce(tunnel.bootstrap_servers, topic, 40) == 40
+        groups = {
+            gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
+        }
+        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
+        for group, result in results.items():
+            assert result.consumed == 40 and result.coordinator_errors == [], group
+    finally:
+        tunnel.stop()
+
+
+@needs_kubectl
+@pytest.mark.parametrize("version", list(KUBECTLS))
+def test_each_kubectl_version_forwards_and_is_restarted_when_its_pod_goes(
+    cluster: LocalCluster, apiserver: Path, version: str
+) -> None:
+    """The supervisor finds the local port in this version's "Forwarding from" line; when
+    the API server drops the connection, and when the pod is gone (the kubelet's "No such
+    container", after which kubectl 1.23+ closes its connection), kubectl exits with "lost
+    connection to pod" and a new one, started at once, works."""
+    broker = cluster.mock[0]
+
+    async def run() -> None:
+        kubectl = Kubectl(binary=KUBECTLS[version], namespace="kafka")
+        forward = PortForward(kubectl, _pod("kafka-0"), broker.port, lambda: None,
+                              keepalive=3600)  # fmt: skip
+        forward.start()
+        try:
+            port = await forward.wait_ready(30)
+            assert await probe_through(port, 10) is None
+            for fault, content in (("lost-kafka-0", ""), ("zombie-kafka-0", "gone")):
+                old = forward.process
+                assert old is not None
+                claim = Path(f"{apiserver}.{fault}")
+                claim.write_text(content)
+                await _claimed(claim)
+                if content == "gone":  # a connection meets the gone pod: kubectl says so
+                    assert await probe_through(port, 10) is not None
+                await asyncio.wait_for(old.wait(), 30)  # by itself, or killed on its word
+                # what ended it: kubectl's own word, or the "No such container" line that
+                # had the supervisor probe (and replace) it while kubectl was closing
+                said = forward.last_error or ""
+                assert LOST in said or (content == "gone" and "No such container" in said), said
+                port = await _ready_again(forward, old)
+                assert await probe_through(port, 10) is None, fault
+            assert forward.restarts == 2
+        finally:
+            await forward.stop()
+
+    asyncio.run(run())
+
+
+def _pod(name: str) -> Callable[[], Awaitable[str]]:
+    async def resolve() -> str:
+        return name
+
+    return resolve
+
+
+async def _claimed(fault: Path) -> None:
+    """Until the API server has taken the fault file (it looks every 50 ms)."""
+    deadline = time.monotonic() + 10
+    while fault.exists():
+        assert time.monotonic() < deadline, f"{fault.name} not taken"
+        await asyncio.sleep(0.02)
+
+
+async def _ready_again(forward: PortForward, old: asyncio.subprocess.Process) -> int:
+    deadline = time.monotonic() + 30
+    while forward.process is old or forward.local_port is None:
+        assert time.monotonic() < deadline, forward.describe()
+        await asyncio.sleep(0.05)
+    return await forward.wait_ready(30)
+
+
+@needs_kubectl
+def test_what_every_version_says_of_a_pod_that_restarted_or_went(
+    cluster: LocalCluster, apiserver: Path
+) -> None:
+    """Every version at once (each waits out client-go's 30 s stream timeout): a pod that
+    restarted leaves kubectl alive and logging "error creating error stream ... Timeout
+    occur(r)ed" for each connection; a gone pod's "an error occurred forwarding" comes
+    before "lost connection to pod" (1.23 on; 1.20 stays alive). The supervisor's TROUBLE
+    and LOST must read each line."""
+    broker = cluster.mock[0]
+    pods = {"timeout": "kafka-0", "gone": "kafka-1"}
+    runs = {}
+    for version, binary in KUBECTLS.items():
+        for mode, pod in pods.items():
+            remote = cluster.mock[int(pod[-1])].port
+            run = ManagedProcess([binary, "port-forward", "-n", "kafka", f"pod/{pod}",
+                                  f":{remote}"], name=f"kubectl-{version}-{mode}")  # fmt: skip
+            runs[version, mode] = (run, int(run.wait_for_line(
+                r"^Forwarding from 127\.0\.0\.1:(\d+)", timeout=30)[1]))  # fmt: skip
+    try:
+        for mode, pod in pods.items():
+            Path(f"{apiserver}.zombie-{pod}").write_text(mode)
+        wait_for(lambda: not any(Path(f"{apiserver}.zombie-{p}").exists() for p in pods.values()),
+                 timeout=10, what="the API server to take the faults")  # fmt: skip
+        clients = [_connect(port) for _, port in runs.values()]
+        for (version, mode), (run, _) in runs.items():
+            if mode == "timeout":
+                line = run.wait_for_line(r"error stream", timeout=60)
+                assert TROUBLE.search(line.string), (version, line.string)
+                assert run.alive(), version
+            elif _version(version) < (1, 23):  # it stays, failing each connection so
+                line = run.wait_for_line(r"No such container", timeout=30)
+                assert TROUBLE.search(line.string), (version, line.string)
+                assert run.alive(), version
+            else:  # kubernetes#103526: the first such error ends it
+                run.wait_for_line(LOST, timeout=30)
+                said = run.output()
+                assert TROUBLE.search(said), (version, said)
+                wait_for(_exited(run), timeout=10, what=f"kubectl {version} to exit")
+                assert run.popen.returncode == 1, (version, said)
+        for client in clients:
+            client.close()
+        assert broker.port  # the cluster stayed up for all of it
+    finally:
+        for run, _ in runs.values():
+            run.stop()
+
+
+def _exited(run: ManagedProcess) -> Callable[[], bool]:
+    return lambda: not run.alive()
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+@needs_kubectl
+def test_rbac_forbids_listing_pods(apiserver: Path, world: World) -> None:
+    world(forbidden=["list pods"], user="jane")
+    _says(_up("-n", "kafka"), 'RBAC forbids list pods in namespace "kafka" for user "jane"',
+          "kubectl auth can-i list pods")  # fmt: skip
+
+
+@needs_kubectl
+def test_up_exits_when_port_forwarding_is_forbidden(apiserver: Path, world: World) -> None:
+    world(forbidden=["create pods/portforward"], user="jane")
+    started = time.monotonic()
+    result = _up("-n", "kafka")
+    _says(result, "cannot reach the bootstrap broker", "RBAC forbids create pods/portforward",
+          "ask your cluster admin")  # fmt: skip
+    assert time.monotonic() - started < 10
+
+
+@needs_kubectl
+def test_target_not_found(apiserver: Path) -> None:
+    _says(_up("-n", "kafka", "--target", "statefulset/kafak"), 'statefulset "kafak" not found',
+          "--target")  # fmt: skip
+
+
+@needs_kubectl
+def test_namespace_not_found(apiserver: Path) -> None:
+    _says(_up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
+
+
+@pytest.mark.parametrize(
+    ("line", "trouble"),
+    [('E1125 10:00:00.000000   4242 portforward.go:446] "Error creating error stream" '
+      'err="Timeout occurred" localPort=5000 remotePort=9092', True),
+     ('E1125 10:00:00.000000   4242 portforward.go:475] "Error creating forwarding stream" '
+      'err="Timeout occurred" localPort=5000 remotePort=9092', True),
+     ('E1125 10:00:00.000000   4242 portforward.go:536] "An error occurred forwarding" '
+      'err="error forwarding port 9092 to pod 0123, uid : Error: No such container: 0123" '
+      "localPort=5000 remotePort=9092", True),
+     ('E1125 10:00:00.000000   4242 portforward.go:481] "Error copying from remote stream to '
+      'local connection" err="readfrom tcp4 127.0.0.1:5000: broken pipe" localPort=5000 '
+      "remotePort=9092", False),
+     ("Handling connection for 5000", False)],
+    ids=["error-stream", "forwarding-stream", "forwarding-error", "copy-error", "handling"],
+)  # fmt: skip
+def test_the_structured_lines_of_kubectl_1_37(line: str, trouble: bool) -> None:
+    """Not a binary here: client-go's portforward.go as of kubernetes#129331 (kubectl 1.37)
+    logs through HandleErrorWithLogger, which klog writes as "message" err="..." key=value.
+    A failed stream must still read as trouble, a broken copy (the client left) must not."""
+    assert bool(TROUBLE.search(line)) is trouble
