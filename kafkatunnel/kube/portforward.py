@@ -76,6 +76,8 @@ class PortForward:
         self.ready_since: float | None = None  # monotonic time the current forward came up
         self.replacements = 0  # alive but useless forwards replaced
         self.last_replacement: str | None = None  # why the last one was
+        self.drops = 0  # forwards that worked and then ended by themselves
+        self.last_drop: str | None = None  # what the last one's kubectl said as it ended
         self._replaced_because: str | None = None
         self._probing: asyncio.Task[None] | None = None
         self._trouble = 0  # TROUBLE lines seen from the current kubectl
@@ -135,6 +137,8 @@ class PortForward:
         text = f"kubectl pod/{self.pod or '?'} :{self.port}{where} ({self.state})"
         if self.replacements:
             text += f" [{self.replacements} replaced; last: {self.last_replacement}]"
+        if self.drops:
+            text += f" [{self.drops} dropped; last: {self.last_drop}]"
         return text
 
     async def _supervise(self) -> None:
@@ -152,6 +156,9 @@ class PortForward:
                 self.last_error = f"cannot run kubectl: {error}"
             if self._stopping:
                 return
+            if self.local_port_was_up and self._replaced_because is None:
+                self.drops += 1  # kept past its restart: the table says why it went
+                self.last_drop = self.last_error
             self._down()
             healthy = self.local_port_was_up and time.monotonic() - started >= self.healthy_after
             failures = 0 if healthy else failures + 1

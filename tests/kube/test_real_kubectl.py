@@ -28,7 +28,7 @@ from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import STANDIN, World
-from tests.kube.faults import kube_tunnel, ready_routes
+from tests.kube.faults import forward_of, kube_tunnel, make_zombie, ready_routes, restarted
 
 APISERVER = Path(__file__).with_name("apiserver.py")
 DEBIAN_KUBECTL = Path(sys.executable).parent.parent / "opt/kubernetes-client/usr/bin/kubectl"
@@ -157,11 +157,13 @@ def test_each_kubectl_version_forwards_and_is_restarted_when_its_pod_goes(
                 await asyncio.wait_for(old.wait(), 30)  # by itself, or killed on its word
                 # what ended it: kubectl's own word, or the "No such container" line that
                 # had the supervisor probe (and replace) it while kubectl was closing
-                said = forward.last_error or ""
-                assert LOST in said or (content == "gone" and "No such container" in said), said
                 port = await _ready_again(forward, old)
+                said = f"{forward.last_drop} {forward.last_replacement}"
+                assert LOST in said or (content == "gone" and "No such container" in said), said
                 assert await probe_through(port, 10) is None, fault
             assert forward.restarts == 2
+            assert forward.drops + forward.replacements == 2
+            assert "dropped; last: " in forward.describe()
         finally:
             await forward.stop()
 
@@ -245,6 +247,34 @@ def _exited(run: ManagedProcess) -> Callable[[], bool]:
 
 def _connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+@needs_kubectl
+def test_a_forward_left_useless_by_a_restarted_pod_is_replaced(
+    cluster: LocalCluster, apiserver: Path
+) -> None:
+    """The real kubectl stays alive when its pod restarted, answering nothing (kubectl#686):
+    the tunnel's periodic check finds it, replaces it, and every group works again."""
+    tunnel = kube_tunnel(cluster, keepalive=1.0)
+    try:
+        wait_for(lambda: ready_routes(tunnel), timeout=30, what="a ready forward each")
+        forward = forward_of(tunnel, "kafka-1")
+        assert forward.process is not None
+        pid = forward.process.pid
+        make_zombie("kafka-1", "timeout")
+        wait_for(restarted(forward, pid), timeout=30, what="the useless forward to be replaced")
+        assert forward.replacements == 1, forward.describe()
+        assert "no answer to ApiVersions" in (forward.last_replacement or "")
+        topic = f"restarted-{uuid.uuid4().hex[:6]}"
+        assert produce(tunnel.bootstrap_servers, topic, 30) == 30
+        groups = {
+            gs[0]: 30 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
+        }
+        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
+        for group, result in results.items():
+            assert result.consumed == 30 and result.coordinator_errors == [], group
+    finally:
+        tunnel.stop()
 
 
 @needs_kubectl
