@@ -28,6 +28,22 @@ FORBIDDEN = re.compile(
 NOT_FOUND = re.compile(
     r'Error from server \(NotFound\): (?P<kind>[\w.]+) "(?P<name>[^"]+)" not found'
 )
+# client-go's exec credential plugins (GKE, EKS, AKS, OIDC logins), as kubectl 1.20-1.33 say
+PLUGIN_MISSING = re.compile(r"getting credentials: exec: executable (?P<plugin>\S+) not found")
+PLUGIN_FAILED = re.compile(
+    r"getting credentials: exec: executable (?P<plugin>\S+) failed with exit code (?P<code>\d+)"
+)
+PLUGIN_DOCS = "client-go-credential-plugins"  # the line before the kubeconfig's installHint
+NO_CONTEXT = re.compile(
+    r"context was not found for specified context: (?P<context>\S+)"
+    r'|context "(?P<named>[^"]+)" does not exist'
+)
+UNAUTHORIZED = "You must be logged in to the server"
+KLOG = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")  # kubectl's own log lines
+LOG_IN_AGAIN = (
+    "log in again the way your cluster wants it (e.g. `gcloud auth login`, `aws sso login`, "
+    "`az login`, or a fresh kubeconfig), then check with `kubectl get pods`"
+)
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,9 @@ def explain(stderr: str, args: tuple[str, ...] | list[str]) -> KubectlError:
             f"granting `{verb}` on `{resource}` (kubectl auth can-i {verb} {resource})",
             permanent=True,
         )
+    credentials = _explain_credentials(text)
+    if credentials is not None:
+        return credentials
     missing = NOT_FOUND.search(text)
     if missing:
         kind, name = missing["kind"], missing["name"]
@@ -138,3 +157,46 @@ def explain(stderr: str, args: tuple[str, ...] | list[str]) -> KubectlError:
         )
     last = text.splitlines()[-1] if text else "no error output"
     return KubectlError(f"`{command}` failed: {last}")
+
+
+def _explain_credentials(text: str) -> KubectlError | None:
+    """A context kubectl cannot use: not in the kubeconfig, its credential plugin missing or
+    failing, or its credentials refused. Trying again does not help: each is permanent."""
+    context = NO_CONTEXT.search(text)
+    if context:
+        name = context["context"] or context["named"]
+        return KubectlError(
+            f'no context "{name}" in your kubeconfig: list them with '
+            "`kubectl config get-contexts` and pass one with --context",
+            permanent=True,
+        )
+    missing = PLUGIN_MISSING.search(text)
+    if missing:
+        plugin = missing["plugin"]
+        hint = " ".join(text.split(PLUGIN_DOCS, 1)[1].split()) if PLUGIN_DOCS in text else ""
+        return KubectlError(
+            f"kubectl needs the credential plugin `{plugin}` for this context, and it is not "
+            f"installed: {hint or 'install it'} (or choose another context: kubectl config "
+            "get-contexts)",
+            permanent=True,
+        )
+    failed = PLUGIN_FAILED.search(text)
+    if failed:
+        said = [
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and "getting credentials: exec:" not in line and not KLOG.match(line)
+        ]
+        why = f": {said[0]}" if said else ""
+        return KubectlError(
+            f"kubectl's credential plugin `{failed['plugin']}` failed (exit {failed['code']})"
+            f"{why}; {LOG_IN_AGAIN}",
+            permanent=True,
+        )
+    if UNAUTHORIZED in text:
+        return KubectlError(
+            "the cluster refused kubectl's credentials (Unauthorized: they expired or were "
+            f"revoked); {LOG_IN_AGAIN}",
+            permanent=True,
+        )
+    return None

@@ -2,7 +2,7 @@
 (tests/kube/bin/kubectl): discovery, the reads kafkatunnel makes, SelfSubjectAccessReview,
 and pods/portforward upgraded to SPDY/3.1 with the kubelet's side of the streams.
 
-    python -m tests.kube.apiserver WORLD PORT      prints "serving on 127.0.0.1:PORT"
+    python tests/kube/apiserver.py WORLD PORT [CERT KEY]    prints "serving on 127.0.0.1:PORT"
 
 It answers as kube-apiserver and the kubelet do (Status objects with their reasons, the
 kubelet's `error forwarding port P to pod ...` messages, SYN_REPLY per stream as
@@ -30,6 +30,7 @@ import ctypes
 import json
 import os
 import socket
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -321,6 +322,9 @@ class Server:
                     headers[name.strip().lower()] = value.strip()
                 body = await read_body(reader, headers)
                 url = urlsplit(target)
+                if self.api.world().get("unauthorized"):  # credentials expired or revoked
+                    await respond(writer, *status(401, "Unauthorized", "Unauthorized"))
+                    continue
                 if url.path.endswith("/portforward"):
                     await self.port_forward(url.path, headers, reader, writer)
                     return
@@ -487,13 +491,20 @@ class Server:
                         Path(f"{self.world_path}.stalled-{id(session)}").touch()
 
 
-async def serve(world_path: str, port: int) -> None:
+async def serve(world_path: str, port: int, cert: str | None, key: str | None) -> None:
     server = Server(world_path, port)
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", port)
+    tls = None
+    if cert and key:  # as clusters serve it: HTTPS (kubectl runs exec plugins only then)
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cert, key)
+        tls.set_alpn_protocols(["http/1.1"])
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", port, ssl=tls)
     print(f"serving on 127.0.0.1:{port}", flush=True)
     async with listener:
         await asyncio.gather(listener.serve_forever(), server.watch_faults())
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1], int(sys.argv[2])))
+    world_arg, port_arg, *tls_args = sys.argv[1:]
+    cert_arg, key_arg = tls_args if tls_args else (None, None)
+    asyncio.run(serve(world_arg, int(port_arg), cert_arg, key_arg))

@@ -67,32 +67,57 @@ needs_kubectl = pytest.mark.skipif(not KUBECTLS, reason="no real kubectl on this
 NEWEST = list(KUBECTLS)[-1] if KUBECTLS else ""
 
 
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1: the API server speaks HTTPS, as clusters do
+    (kubectl runs a user's exec credential plugin only for HTTPS)."""
+    where = tmp_path_factory.mktemp("apiserver-tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return cert, key
+
+
 @pytest.fixture
-def apiserver(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The world served by the API server, a kubeconfig for it, and the real kubectl on PATH
-    in front of the stand-in; yields the world's path."""
+def apiserver(
+    world: World,
+    certificate: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Path]:
+    """The world served by the API server, a kubeconfig for it (`kubeconfig()` writes it
+    again with another user), and the real kubectl on PATH in front of the stand-in;
+    yields the world's path."""
     path = world()
     port = free_port()
-    server = ManagedProcess([sys.executable, str(APISERVER), str(path), str(port)],
-                            name="apiserver")  # fmt: skip
+    cert, key = certificate
+    server = ManagedProcess([sys.executable, str(APISERVER), str(path), str(port), str(cert),
+                             str(key)], name="apiserver")  # fmt: skip
     server.wait_for_line(r"^serving on ", timeout=30)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: kind-demo\n"
-        f"clusters:\n- name: demo\n  cluster:\n    server: http://127.0.0.1:{port}\n"
-        "contexts:\n- name: kind-demo\n  context:\n    cluster: demo\n    user: developer\n"
-        "users:\n- name: developer\n  user:\n    token: not-checked\n"
-    )
+    config = tmp_path / "kubeconfig"
+    config.write_text(kubeconfig(port, cert))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "kubectl").symlink_to(KUBECTLS[NEWEST])
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(config))
     monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube-cache"))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     try:
         yield path
     finally:
         server.stop()
+
+
+def kubeconfig(port: int, ca: Path, user: str = "    token: not-checked\n") -> str:
+    return (
+        "apiVersion: v1\nkind: Config\ncurrent-context: kind-demo\n"
+        f"clusters:\n- name: demo\n  cluster:\n    server: https://127.0.0.1:{port}\n"
+        f"    certificate-authority: {ca}\n"
+        "contexts:\n- name: kind-demo\n  context:\n    cluster: demo\n    user: developer\n"
+        f"users:\n- name: developer\n  user:\n{user}"
+    )
 
 
 def _up(*args: str) -> subprocess.CompletedProcess[str]:
@@ -325,3 +350,54 @@ def test_the_structured_lines_of_kubectl_1_37(line: str, trouble: bool) -> None:
     logs through HandleErrorWithLogger, which klog writes as "message" err="..." key=value.
     A failed stream must still read as trouble, a broken copy (the client left) must not."""
     assert bool(TROUBLE.search(line)) is trouble
+
+
+def _user(block: str) -> None:
+    """The kubeconfig's user, written anew (the fixture's kubeconfig, on KUBECONFIG)."""
+    config = Path(os.environ["KUBECONFIG"])
+    text = config.read_text()
+    config.write_text(text[: text.index("users:")] + "users:\n- name: developer\n  user:\n" + block)
+
+
+def _exec_plugin(command: str) -> str:
+    return (
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n"
+        f"      command: {command}\n      interactiveMode: Never\n"
+        "      installHint: Install example-auth-plugin with `pip install example-auth-plugin`\n"
+    )
+
+
+@needs_kubectl
+@pytest.mark.parametrize("version", list(KUBECTLS))
+def test_a_context_kubectl_cannot_use_is_explained(
+    apiserver: Path, world: World, tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four ways a laptop's kubeconfig fails before any Kafka byte, each as this version of
+    kubectl reports it: `up` says which and what to do, at once, never "cannot reach the
+    API server" for a login that expired."""
+    (tmp_path / "bin" / "kubectl").unlink()
+    (tmp_path / "bin" / "kubectl").symlink_to(KUBECTLS[version])
+
+    _says(_up("-n", "kafka", "--context", "kind-dmeo"), 'no context "kind-dmeo" in your '
+          "kubeconfig", "kubectl config get-contexts")  # fmt: skip
+
+    _user(_exec_plugin("example-auth-plugin"))
+    hint = "Install example-auth-plugin with `pip install example-auth-plugin`"
+    _says(_up("-n", "kafka"), "needs the credential plugin `example-auth-plugin`",
+          f"not installed: {hint}")  # fmt: skip
+
+    plugin = tmp_path / "expired-sso"
+    plugin.write_text("#!/bin/sh\necho 'Error when retrieving token from sso: Token has expired "
+                      "and refresh failed' >&2\nexit 255\n")  # fmt: skip
+    plugin.chmod(0o755)
+    _user(_exec_plugin(str(plugin)))
+    _says(_up("-n", "kafka"), f"credential plugin `{plugin}` failed (exit 255): Error when "
+          "retrieving token from sso: Token has expired", "log in again")  # fmt: skip
+
+    _user("    token: expired\n")
+    world(unauthorized=True)
+    started = time.monotonic()
+    result = _up("-n", "kafka")
+    _says(result, "the cluster refused kubectl's credentials", "log in again")
+    assert "cannot reach" not in result.stderr
+    assert time.monotonic() - started < 15  # nothing retried
