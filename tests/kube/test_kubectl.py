@@ -1,5 +1,8 @@
 """--via kubectl: brokers found through pods, one supervised port-forward per broker, every
-coordinator reachable, forwards that die come back, and kubectl's failures explained."""
+coordinator reachable, forwards that die come back, and kubectl's failures explained.
+
+Tests that take the `kubectl` fixture run twice: with the stand-in, and with the newest real
+kubectl here over an API server that serves the same world (tests/kube/conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.tunnel import ForwarderError
 from kafkatunnel.waiting import wait_for
-from tests.kube.conftest import World
+from tests.kube.conftest import World, says, up
 from tests.kube.faults import (
     forward_of,
     kube_tunnel,
@@ -35,7 +38,9 @@ from tests.kube.faults import (
 )
 
 
-def test_every_coordinator_through_kubectl_forwards(cluster: LocalCluster, world: World) -> None:
+def test_every_coordinator_through_kubectl_forwards(
+    cluster: LocalCluster, world: World, kubectl: str
+) -> None:
     tunnel = kube_tunnel(cluster, target="statefulset/kafka")
     try:
         routes = wait_for(lambda: ready_routes(tunnel), timeout=15, what="a ready forward each")
@@ -56,7 +61,7 @@ def test_every_coordinator_through_kubectl_forwards(cluster: LocalCluster, world
 
 
 def test_forwards_survive_twenty_kills(
-    cluster: LocalCluster, world: World, request: pytest.FixtureRequest
+    cluster: LocalCluster, world: World, kubectl: str, request: pytest.FixtureRequest
 ) -> None:
     """Three brokers, three groups (one per coordinator). Each broker is back within 2 s;
     every produced message reaches the log; every group processes exactly the log, each entry
@@ -110,39 +115,25 @@ def test_forwards_survive_twenty_kills(
         assert sorted(result.values) == sorted(run.log.values), (group, len(result.values))
 
 
-def _up(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "--no-table", *args],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ),
-    )  # fmt: skip
-
-
-def _says(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
-    text = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode == 2, text
-    for phrase in phrases:
-        assert phrase in text, (phrase, text)
-
-
 def test_kubectl_not_installed(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(KubectlError, match=r"kubectl not found .* install it"):
         Kubectl().check_installed()
-    _says(_up("-n", "kafka"), "kubectl not found", "--via exec")
+    says(up("-n", "kafka"), "kubectl not found", "--via exec")
 
 
 def test_no_current_context(world: World) -> None:
     world(current_context=None)
-    _says(_up("-n", "kafka"), "kubectl has no current context", "kubectl config use-context")
+    says(up("-n", "kafka"), "kubectl has no current context", "kubectl config use-context")
 
 
-def test_rbac_forbids_listing_pods(world: World) -> None:
+def test_rbac_forbids_listing_pods(world: World, kubectl: str) -> None:
     world(forbidden=["list pods"], user="jane")
-    _says(_up("-n", "kafka"), 'RBAC forbids list pods in namespace "kafka" for user "jane"',
+    says(up("-n", "kafka"), 'RBAC forbids list pods in namespace "kafka" for user "jane"',
           "kubectl auth can-i list pods")  # fmt: skip
 
 
-def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World) -> None:
+def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World, kubectl: str) -> None:
     world(forbidden=["create pods/portforward"], user="jane")
 
     async def open_one() -> None:
@@ -157,28 +148,28 @@ def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World) -> No
         asyncio.run(open_one())
 
 
-def test_up_exits_when_port_forwarding_is_forbidden(world: World) -> None:
+def test_up_exits_when_port_forwarding_is_forbidden(world: World, kubectl: str) -> None:
     """Before printing bootstrap.servers: the first forward fails, and `up` says which verb
     on which resource is missing instead of serving and logging it every few seconds. A
     refusal by RBAC is final: `up` does not spend --start-timeout retrying it."""
     world(forbidden=["create pods/portforward"], user="jane")
     started = time.monotonic()
-    result = _up("-n", "kafka")
-    _says(result, "cannot reach the bootstrap broker", "RBAC forbids create pods/portforward",
+    result = up("-n", "kafka")
+    says(result, "cannot reach the bootstrap broker", "RBAC forbids create pods/portforward",
           "ask your cluster admin")  # fmt: skip
     assert "did not answer within" not in result.stderr
     assert "bootstrap.servers=" not in result.stdout
     assert time.monotonic() - started < 10
 
 
-def test_namespace_not_found(world: World) -> None:
+def test_namespace_not_found(world: World, kubectl: str) -> None:
     """Told from the pod listing (an empty list, as for a namespace that does not exist):
     `up` needs no right to get namespaces."""
-    _says(_up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
+    says(up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
 
 
 def test_the_least_privilege_the_docs_list_is_enough(
-    cluster: LocalCluster, world: World, tmp_path: Path
+    cluster: LocalCluster, world: World, kubectl: str, tmp_path: Path
 ) -> None:
     """get/list pods and create pods/portforward, nothing else (no namespaces): up serves."""
     from kafkatunnel.localcluster.processes import ManagedProcess
@@ -203,7 +194,7 @@ def test_the_least_privilege_the_docs_list_is_enough(
     ids=["pending", "not-ready"],
 )  # fmt: skip
 def test_a_pod_that_cannot_serve_is_named_as_such(
-    cluster: LocalCluster, world: World, pod: dict[str, object], said: str
+    cluster: LocalCluster, world: World, kubectl: str, pod: dict[str, object], said: str
 ) -> None:
     path = world()
     state = json.loads(path.read_text())
@@ -223,19 +214,19 @@ def test_a_pod_that_cannot_serve_is_named_as_such(
         asyncio.run(open_it())
 
 
-def test_target_not_found(world: World) -> None:
-    _says(_up("-n", "kafka", "--target", "statefulset/kafak"), 'statefulset "kafak" not found',
+def test_target_not_found(world: World, kubectl: str) -> None:
+    says(up("-n", "kafka", "--target", "statefulset/kafak"), 'statefulset "kafak" not found',
           "--target")  # fmt: skip
 
 
-def test_no_kafka_pods(world: World) -> None:
+def test_no_kafka_pods(world: World, kubectl: str) -> None:
     path = world()
     state = json.loads(path.read_text())
     state["namespaces"]["default"]["pods"] = [
         {"name": "web-0", "ip": "127.0.0.1", "ports": [8080], "labels": {"app": "web"}}
     ]
     path.write_text(json.dumps(state))
-    _says(_up("-n", "default"), 'no Kafka pods found in namespace "default"',
+    says(up("-n", "default"), 'no Kafka pods found in namespace "default"',
           "--target statefulset/NAME")  # fmt: skip
 
 
@@ -255,7 +246,9 @@ def test_no_kafka_pods(world: World) -> None:
     ],
     ids=["statefulset", "service", "selector", "default"],
 )
-def test_ways_to_name_the_brokers(world: World, options: dict[str, str], selector: str) -> None:
+def test_ways_to_name_the_brokers(
+    world: World, kubectl: str, options: dict[str, str], selector: str
+) -> None:
     async def prepare() -> KubectlForwarder:
         forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **options)  # type: ignore[arg-type]
         await forwarder.prepare()
@@ -269,7 +262,7 @@ def test_ways_to_name_the_brokers(world: World, options: dict[str, str], selecto
 
 @pytest.mark.parametrize("bootstrap", ["given", "default"])
 def test_a_killed_tunnel_leaves_no_port_forward_behind(
-    cluster: LocalCluster, world: World, tmp_path: Path, bootstrap: str
+    cluster: LocalCluster, world: World, kubectl: str, tmp_path: Path, bootstrap: str
 ) -> None:
     """One port-forward per broker, the bootstrap's included: the default bootstrap
     (kafka-0:PORT, the first pod) shares its broker's forward instead of running its own."""

@@ -9,147 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shutil
 import socket
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import LOST, TROUBLE, PortForward, probe_through
-from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.waiting import wait_for
-from tests.kube.conftest import STANDIN, World
+from tests.kube.conftest import KUBECTLS, World, needs_kubectl, says, up, version_of
 from tests.kube.faults import forward_of, kube_tunnel, make_zombie, ready_routes, restarted
-
-APISERVER = Path(__file__).with_name("apiserver.py")
-DEBIAN_KUBECTL = Path(sys.executable).parent.parent / "opt/kubernetes-client/usr/bin/kubectl"
-
-
-def _version(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")
-    return int(major), int(minor)
-
-
-def real_kubectls() -> dict[str, str]:
-    """version ("1.32") -> binary, for each real kubectl here: the one on PATH (without the
-    stand-in), its versioned siblings (the Cloud SDK's kubectl dispatches to them), and
-    Debian's kubernetes-client (1.20) that scripts/test unpacks beside the virtualenv."""
-    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(STANDIN))
-    candidates = [str(DEBIAN_KUBECTL)]
-    found = shutil.which("kubectl", path=path)
-    if found is not None:
-        siblings = Path(found).resolve().parent.glob("kubectl.1.*")
-        candidates += [found, *sorted(str(p) for p in siblings)]
-    versions: dict[str, str] = {}
-    for binary in candidates:
-        try:
-            out = subprocess.run([binary, "version", "--client", "-o", "json"],
-                                 capture_output=True, text=True, timeout=30).stdout  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        match = re.search(r'"gitVersion": "v(\d+\.\d+)', out)
-        if match and match[1] not in versions:
-            versions[match[1]] = binary
-    return dict(sorted(versions.items(), key=lambda kv: _version(kv[0])))
-
-
-KUBECTLS = real_kubectls()
-needs_kubectl = pytest.mark.skipif(not KUBECTLS, reason="no real kubectl on this machine")
-NEWEST = list(KUBECTLS)[-1] if KUBECTLS else ""
-
-
-@pytest.fixture(scope="session")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1: the API server speaks HTTPS, as clusters do
-    (kubectl runs a user's exec credential plugin only for HTTPS)."""
-    where = tmp_path_factory.mktemp("apiserver-tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
-    return cert, key
-
-
-@pytest.fixture
-def apiserver(
-    world: World,
-    certificate: tuple[Path, Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Path]:
-    """The world served by the API server, a kubeconfig for it (`kubeconfig()` writes it
-    again with another user), and the real kubectl on PATH in front of the stand-in;
-    yields the world's path."""
-    path = world()
-    port = free_port()
-    cert, key = certificate
-    server = ManagedProcess([sys.executable, str(APISERVER), str(path), str(port), str(cert),
-                             str(key)], name="apiserver")  # fmt: skip
-    server.wait_for_line(r"^serving on ", timeout=30)
-    config = tmp_path / "kubeconfig"
-    config.write_text(kubeconfig(port, cert))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "kubectl").symlink_to(KUBECTLS[NEWEST])
-    monkeypatch.setenv("KUBECONFIG", str(config))
-    monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube-cache"))
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    try:
-        yield path
-    finally:
-        server.stop()
-
-
-def kubeconfig(port: int, ca: Path, user: str = "    token: not-checked\n") -> str:
-    return (
-        "apiVersion: v1\nkind: Config\ncurrent-context: kind-demo\n"
-        f"clusters:\n- name: demo\n  cluster:\n    server: https://127.0.0.1:{port}\n"
-        f"    certificate-authority: {ca}\n"
-        "contexts:\n- name: kind-demo\n  context:\n    cluster: demo\n    user: developer\n"
-        f"users:\n- name: developer\n  user:\n{user}"
-    )
-
-
-def _up(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "--no-table", *args],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ),
-    )  # fmt: skip
-
-
-def _says(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
-    text = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode == 2, text
-    for phrase in phrases:
-        assert phrase in text, (phrase, text)
-
-
-@needs_kubectl
-def test_every_coordinator_through_real_kubectl(cluster: LocalCluster, apiserver: Path) -> None:
-    tunnel = kube_tunnel(cluster, target="statefulset/kafka")
-    try:
-        routes = wait_for(lambda: ready_routes(tunnel), timeout=30, what="a ready forward each")
-        assert len(routes) == 3
-        topic = f"real-{uuid.uuid4().hex[:6]}"
-        assert produce(tunnel.bootstrap_servers, topic, 40) == 40
-        groups = {
-            gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
-        }
-        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
-        for group, result in results.items():
-            assert result.consumed == 40 and result.coordinator_errors == [], group
-    finally:
-        tunnel.stop()
 
 
 @needs_kubectl
@@ -248,7 +123,7 @@ def test_what_every_version_says_of_a_pod_that_restarted_or_went(
                 line = run.wait_for_line(r"error stream", timeout=60)
                 assert TROUBLE.search(line.string), (version, line.string)
                 assert run.alive(), version
-            elif _version(version) < (1, 23):  # it stays, failing each connection so
+            elif version_of(version) < (1, 23):  # it stays, failing each connection so
                 line = run.wait_for_line(r"No such container", timeout=30)
                 assert TROUBLE.search(line.string), (version, line.string)
                 assert run.alive(), version
@@ -302,34 +177,6 @@ def test_a_forward_left_useless_by_a_restarted_pod_is_replaced(
         tunnel.stop()
 
 
-@needs_kubectl
-def test_rbac_forbids_listing_pods(apiserver: Path, world: World) -> None:
-    world(forbidden=["list pods"], user="jane")
-    _says(_up("-n", "kafka"), 'RBAC forbids list pods in namespace "kafka" for user "jane"',
-          "kubectl auth can-i list pods")  # fmt: skip
-
-
-@needs_kubectl
-def test_up_exits_when_port_forwarding_is_forbidden(apiserver: Path, world: World) -> None:
-    world(forbidden=["create pods/portforward"], user="jane")
-    started = time.monotonic()
-    result = _up("-n", "kafka")
-    _says(result, "cannot reach the bootstrap broker", "RBAC forbids create pods/portforward",
-          "ask your cluster admin")  # fmt: skip
-    assert time.monotonic() - started < 10
-
-
-@needs_kubectl
-def test_target_not_found(apiserver: Path) -> None:
-    _says(_up("-n", "kafka", "--target", "statefulset/kafak"), 'statefulset "kafak" not found',
-          "--target")  # fmt: skip
-
-
-@needs_kubectl
-def test_namespace_not_found(apiserver: Path) -> None:
-    _says(_up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
-
-
 @pytest.mark.parametrize(
     ("line", "trouble"),
     [('E1125 10:00:00.000000   4242 portforward.go:446] "Error creating error stream" '
@@ -378,12 +225,12 @@ def test_a_context_kubectl_cannot_use_is_explained(
     (tmp_path / "bin" / "kubectl").unlink()
     (tmp_path / "bin" / "kubectl").symlink_to(KUBECTLS[version])
 
-    _says(_up("-n", "kafka", "--context", "kind-dmeo"), 'no context "kind-dmeo" in your '
+    says(up("-n", "kafka", "--context", "kind-dmeo"), 'no context "kind-dmeo" in your '
           "kubeconfig", "kubectl config get-contexts")  # fmt: skip
 
     _user(_exec_plugin("example-auth-plugin"))
     hint = "Install example-auth-plugin with `pip install example-auth-plugin`"
-    _says(_up("-n", "kafka"), "needs the credential plugin `example-auth-plugin`",
+    says(up("-n", "kafka"), "needs the credential plugin `example-auth-plugin`",
           f"not installed: {hint}")  # fmt: skip
 
     plugin = tmp_path / "expired-sso"
@@ -391,13 +238,13 @@ def test_a_context_kubectl_cannot_use_is_explained(
                       "and refresh failed' >&2\nexit 255\n")  # fmt: skip
     plugin.chmod(0o755)
     _user(_exec_plugin(str(plugin)))
-    _says(_up("-n", "kafka"), f"credential plugin `{plugin}` failed (exit 255): Error when "
+    says(up("-n", "kafka"), f"credential plugin `{plugin}` failed (exit 255): Error when "
           "retrieving token from sso: Token has expired", "log in again")  # fmt: skip
 
     _user("    token: expired\n")
     world(unauthorized=True)
     started = time.monotonic()
-    result = _up("-n", "kafka")
-    _says(result, "the cluster refused kubectl's credentials", "log in again")
+    result = up("-n", "kafka")
+    says(result, "the cluster refused kubectl's credentials", "log in again")
     assert "cannot reach" not in result.stderr
     assert time.monotonic() - started < 15  # nothing retried
