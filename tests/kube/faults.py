@@ -15,7 +15,7 @@ from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import PortForward
 from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups
+from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.tunnel import TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
@@ -27,6 +27,16 @@ def kube_tunnel(cluster: LocalCluster, **kube: object) -> BackgroundTunnel:
         bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
     )
     return BackgroundTunnel(config, forwarder).start()
+
+
+def every_group_works(cluster: LocalCluster, tunnel: BackgroundTunnel, topic: str) -> None:
+    """40 messages produced through the tunnel, and consumed by a group per coordinator
+    without a coordinator error."""
+    assert produce(tunnel.bootstrap_servers, topic, 40) == 40
+    groups = {gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()}
+    results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
+    for group, result in results.items():
+        assert result.consumed == 40 and result.coordinator_errors == [], group
 
 
 def ready_routes(tunnel: BackgroundTunnel) -> dict[int, str] | None:

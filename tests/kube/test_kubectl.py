@@ -23,11 +23,11 @@ import pytest
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.tunnel import ForwarderError
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import World, says, up
 from tests.kube.faults import (
+    every_group_works,
     forward_of,
     kube_tunnel,
     ready_routes,
@@ -48,14 +48,7 @@ def test_every_coordinator_through_kubectl_forwards(
         for node, route in routes.items():
             index = [b.node_id for b in cluster.mock].index(node)
             assert route.startswith(f"kubectl pod/kafka-{index} ")  # the broker-to-pod mapping
-        topic = f"kube-{uuid.uuid4().hex[:6]}"
-        assert produce(tunnel.bootstrap_servers, topic, 40) == 40
-        groups = {
-            gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
-        }
-        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
-        for group, result in results.items():
-            assert result.consumed == 40 and result.coordinator_errors == [], group
+        every_group_works(cluster, tunnel, f"kube-{uuid.uuid4().hex[:6]}")
     finally:
         tunnel.stop()
 

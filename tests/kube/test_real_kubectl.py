@@ -21,10 +21,16 @@ from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import LOST, TROUBLE, PortForward, probe_through
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import KUBECTLS, World, needs_kubectl, says, up, version_of
-from tests.kube.faults import forward_of, kube_tunnel, make_zombie, ready_routes, restarted
+from tests.kube.faults import (
+    every_group_works,
+    forward_of,
+    kube_tunnel,
+    make_zombie,
+    ready_routes,
+    restarted,
+)
 
 
 @needs_kubectl
@@ -165,14 +171,7 @@ def test_a_forward_left_useless_by_a_restarted_pod_is_replaced(
         wait_for(restarted(forward, pid), timeout=30, what="the useless forward to be replaced")
         assert forward.replacements == 1, forward.describe()
         assert "no answer to ApiVersions" in (forward.last_replacement or "")
-        topic = f"restarted-{uuid.uuid4().hex[:6]}"
-        assert produce(tunnel.bootstrap_servers, topic, 30) == 30
-        groups = {
-            gs[0]: 30 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()
-        }
-        results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
-        for group, result in results.items():
-            assert result.consumed == 30 and result.coordinator_errors == [], group
+        every_group_works(cluster, tunnel, f"restarted-{uuid.uuid4().hex[:6]}")
     finally:
         tunnel.stop()
 
