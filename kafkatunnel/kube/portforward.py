@@ -10,7 +10,7 @@ Worse are forwards that stay alive and stop working. After the pod behind it res
 kubectl keeps listening while every connection logs "error creating error stream for port
 A -> B: Timeout occured" and fails after 30 s (kubernetes/kubectl#686; the same line after
 many interrupted connections, kubernetes/kubernetes#78446); kubectl has spelt it "occured"
-and "occurred", and logs it structured since 1.37. After the pod is gone, a connection logs
+and "occurred", and logs it structured from 1.37 on. After the pod is gone, a connection logs
 "an error occurred forwarding A -> B: ... No such container" (kubernetes/kubernetes#67059):
 kubectl up to 1.22 then goes on closing every connection so; since 1.23
 (kubernetes/kubernetes#103526) it ends with "lost connection to pod". Such a line, a
@@ -36,13 +36,13 @@ log = logging.getLogger("kafkatunnel.kube")
 FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
 LOST = "lost connection to pod"
 # kubectl's lines for connections that a living forward failed: both spellings, and the
-# structured form client-go logs them in since kubernetes#129331 (kubectl 1.37):
-# "Error creating error stream" err="Timeout occurred" localPort=A remotePort=B
+# structured form client-go logs them in since kubernetes#129331 (merged in 2026, for
+# kubectl 1.37): "Error creating error stream" err="Timeout occurred" localPort=A ...
 TROUBLE = re.compile(
     r"error creating (?:error|forwarding) stream for port \S+ -> \S+: Timeout occurr?ed"
     r"|an error occurr?ed forwarding \S+ -> \S+"
-    r'|"Error creating (?:error|forwarding) stream" err="Timeout occurr?ed"'
-    r'|"An error occurred forwarding" err='
+    r'|"Error creating (?:error|forwarding) stream"'
+    r'|"An error occurred forwarding"'
 )
 PROBE_TIMEOUT = 5.0  # seconds for the broker to answer ApiVersions through the forward
 

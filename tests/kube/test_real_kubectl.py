@@ -192,8 +192,9 @@ def test_a_forward_left_useless_by_a_restarted_pod_is_replaced(
     ids=["error-stream", "forwarding-stream", "forwarding-error", "copy-error", "handling"],
 )  # fmt: skip
 def test_the_structured_lines_of_kubectl_1_37(line: str, trouble: bool) -> None:
-    """Not a binary here: client-go's portforward.go as of kubernetes#129331 (kubectl 1.37)
-    logs through HandleErrorWithLogger, which klog writes as "message" err="..." key=value.
+    """Not a binary here: client-go's portforward.go since kubernetes#129331 (merged in
+    2026, for kubectl 1.37) logs through HandleErrorWithLogger, which klog writes as
+    "message" err="..." key=value.
     A failed stream must still read as trouble, a broken copy (the client left) must not."""
     assert bool(TROUBLE.search(line)) is trouble
 
