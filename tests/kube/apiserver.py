@@ -18,7 +18,7 @@ Faults, through the same files as the stand-in's, acted on where a cluster would
                         "No such container" error (kubernetes#67059); "forwarding-timeout":
                         the data stream gets no reply (kubernetes#78446)
   <world>.stall         a laptop that slept: every connection open before the file was
-                        written stops answering, and <world>.stalled-<pid> says so
+                        written stops answering, and <world>.stalled-<kubectl's pid> says so
 """
 
 from __future__ import annotations
@@ -443,6 +443,8 @@ class Server:
                         out.write(frames.data(pair.data, chunk))
                         await out.drain()
                 pair.upstream.close()
+        for request in [r for r, p in session.pairs.items() if p is pair]:
+            del session.pairs[request]  # its streams end here
         if out.is_closing():
             return
         out.write(frames.data(pair.data, b"", fin=True))
@@ -488,7 +490,25 @@ class Server:
                         for pair in session.pairs.values():
                             if pair.task is not None:
                                 pair.task.cancel()
-                        Path(f"{self.world_path}.stalled-{id(session)}").touch()
+                        for pid in peer_pids(session.writer):  # kubectl's, as the stand-in
+                            Path(f"{self.world_path}.stalled-{pid}").touch()
+
+
+def peer_pids(writer: asyncio.StreamWriter) -> list[int]:
+    """The processes on this machine holding the other end of a loopback connection (the
+    kubectl of a session): its socket's inode from /proc/net/tcp, then whose fd it is."""
+    port = writer.get_extra_info("peername")[1]
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}"):
+            inodes.add(f"socket:[{fields[9]}]")
+    pids = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                pids.append(int(fd_dir.parent.name))
+    return pids
 
 
 async def serve(world_path: str, port: int, cert: str | None, key: str | None) -> None:

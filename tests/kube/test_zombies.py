@@ -1,8 +1,9 @@
 """kubectl port-forwards that stay alive and stop working, as users meet them: after the pod
 restarted (kubectl#686), after many interrupted connections (kubernetes#78446), after the
 pod is gone (kubernetes#67059), and after the laptop slept (docker/cli#2436). The stand-in
-copies each one's lines and timing (tests/kube/bin/kubectl); the tunnel must notice, replace
-the forward, say why, and lose nothing a client was told is stored."""
+copies each one's lines and timing (tests/kube/bin/kubectl); the tests that take `kubectl`
+also run with the real kubectl, its API server failing the same way. The tunnel must notice,
+replace the forward, say why, and lose nothing a client was told is stored."""
 
 from __future__ import annotations
 
@@ -163,7 +164,7 @@ def _node_of(cluster: LocalCluster, pod: str) -> int:
 
 
 def test_waking_from_sleep_checks_every_forward_at_once(
-    cluster: LocalCluster, world: World
+    cluster: LocalCluster, world: World, kubectl: str
 ) -> None:
     """The machine cannot sleep in a test, so its clock is told it did (CLOCK_BOOTTIME
     ahead of CLOCK_MONOTONIC by an hour): the forward that died meanwhile (kubectl alive,
@@ -189,7 +190,7 @@ def test_waking_from_sleep_checks_every_forward_at_once(
 
 
 def test_a_laptop_that_slept_under_load(
-    cluster: LocalCluster, world: World, request: pytest.FixtureRequest
+    cluster: LocalCluster, world: World, kubectl: str, request: pytest.FixtureRequest
 ) -> None:
     """The lid closes with a producer and three groups running: every forward's streams
     stop moving bytes and new connections get nothing (kubectl alive, its API server
