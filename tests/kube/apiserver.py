@@ -109,17 +109,18 @@ class Api:
     def world(self) -> Any:
         return json.loads(Path(self.world_path).read_text())
 
-    def forbidden(self, world: Any, verb: str, resource: str, namespace: str | None) -> Any:
-        if f"{verb} {resource}" not in world.get("forbidden", []):
+    def forbidden(
+        self, world: Any, verb: str, resource: str, namespace: str | None, rule: str = ""
+    ) -> tuple[int, Any] | None:
+        """403 when the world's "forbidden" list holds `rule` ("VERB RESOURCE" by default)."""
+        if (rule or f"{verb} {resource}") not in world.get("forbidden", []):
             return None
         user = world.get("user", "developer")
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        group = "authorization.k8s.io" if "." in resource else ""
         return status(403, "Forbidden", f'{resource} is forbidden: User "{user}" cannot {verb} '
-                      f'resource "{resource}" in API group "{group}" {where}')  # fmt: skip
+                      f'resource "{resource}" in API group "" {where}')  # fmt: skip
 
-    def get(self, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
-        world = self.world()
+    def get(self, world: Any, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
         if path == "/version":
             minor = str(world.get("server_minor", 32))
@@ -141,15 +142,16 @@ class Api:
         spaces = world["namespaces"]
         selector = query.get("labelSelector", [""])[0]
         if parts[:3] == ["api", "v1", "pods"]:  # every namespace
-            if "list pods --all-namespaces" in world.get("forbidden", []):
-                return self.forbidden({**world, "forbidden": ["list pods"]}, "list", "pods", None)  # type: ignore[no-any-return]
+            refused = self.forbidden(world, "list", "pods", None, "list pods --all-namespaces")
+            if refused:
+                return refused
             items = [pod_json(p, ns) for ns, space in spaces.items() for p in space["pods"]
                      if matches(p.get("labels", {}), selector)]  # fmt: skip
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4:
             refused = self.forbidden(world, "get", "namespaces", None)
             if refused:
-                return refused  # type: ignore[no-any-return]
+                return refused
             if parts[3] not in spaces:
                 return status(404, "NotFound", f'namespaces "{parts[3]}" not found')
             return 200, {"kind": "Namespace", "apiVersion": "v1",
@@ -164,14 +166,14 @@ class Api:
         if kind == "pods" and len(rest) == 1:
             refused = self.forbidden(world, "list", "pods", namespace)
             if refused:
-                return refused  # type: ignore[no-any-return]
+                return refused
             items = [pod_json(p, namespace) for p in space["pods"]
                      if matches(p.get("labels", {}), selector)]  # fmt: skip
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         if kind == "pods":
             refused = self.forbidden(world, "get", "pods", namespace)
             if refused:
-                return refused  # type: ignore[no-any-return]
+                return refused
             pod = next((p for p in space["pods"] if p["name"] == rest[1]), None)
             if pod is None:
                 return status(404, "NotFound", f'pods "{rest[1]}" not found')
@@ -193,13 +195,13 @@ class Api:
         return 200, {"kind": kind_name, "apiVersion": api_version, "metadata": metadata,
                      "spec": spec}  # fmt: skip
 
-    def review(self, body: Any) -> tuple[int, Any]:
+    def review(self, world: Any, body: Any) -> tuple[int, Any]:
         """SelfSubjectAccessReview: `kubectl auth can-i VERB RESOURCE`."""
         attributes = body["spec"]["resourceAttributes"]
         resource = attributes.get("resource", "")
         if attributes.get("subresource"):
             resource += "/" + attributes["subresource"]
-        denied = f"{attributes.get('verb')} {resource}" in self.world().get("forbidden", [])
+        denied = f"{attributes.get('verb')} {resource}" in world.get("forbidden", [])
         return 201, {**body, "status": {"allowed": not denied}}
 
 
@@ -322,18 +324,19 @@ class Server:
                     headers[name.strip().lower()] = value.strip()
                 body = await read_body(reader, headers)
                 url = urlsplit(target)
-                if self.api.world().get("unauthorized"):  # credentials expired or revoked
+                world = self.api.world()  # read anew for each request: tests change it
+                if world.get("unauthorized"):  # credentials expired or revoked
                     await respond(writer, *status(401, "Unauthorized", "Unauthorized"))
                     continue
                 if url.path.endswith("/portforward"):
-                    await self.port_forward(url.path, headers, reader, writer)
+                    await self.port_forward(world, url.path, headers, reader, writer)
                     return
                 if method == "GET":
-                    code, answer = self.api.get(url.path, parse_qs(url.query))
+                    code, answer = self.api.get(world, url.path, parse_qs(url.query))
                 elif method == "POST" and url.path.endswith("/selfsubjectaccessreviews"):
                     protobuf = headers.get("content-type", "").endswith("protobuf")
                     code, answer = self.api.review(
-                        review_from_protobuf(body) if protobuf else json.loads(body)
+                        world, review_from_protobuf(body) if protobuf else json.loads(body)
                     )
                 else:
                     code, answer = status(405, "MethodNotAllowed", f"{method} {url.path}")
@@ -342,6 +345,7 @@ class Server:
 
     async def port_forward(
         self,
+        world: Any,
         path: str,
         headers: dict[str, str],
         reader: asyncio.StreamReader,
@@ -349,7 +353,6 @@ class Server:
     ) -> None:
         parts = path.strip("/").split("/")  # api v1 namespaces NS pods NAME portforward
         namespace, pod = parts[3], parts[5]
-        world = self.api.world()
         refused = self.api.forbidden(world, "create", "pods/portforward", namespace)
         if headers.get("upgrade", "").lower() == "websocket":  # SPDY over WebSocket: not here
             refused = refused or status(400, "BadRequest", "websocket upgrade not supported")

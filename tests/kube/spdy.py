@@ -4,8 +4,8 @@ kubectl upgrades `POST .../pods/NAME/portforward` to SPDY/3.1 (client-go's spdys
 moby/spdystream's framer) and opens two streams per local connection: an error stream and a
 data stream, paired by their `requestID` header. This is what the kubelet's side of that
 needs: frames in and out, header blocks compressed with zlib over SPDY/3's dictionary (one
-compression context per direction for the whole connection), replies, data, FIN, resets,
-pings and GOAWAY. Spec: SPDY Protocol draft 3.1 (chromium.org), sections 2.2-2.6.
+compression context per direction for the whole connection), replies, data, FIN and pings.
+Spec: SPDY Protocol draft 3.1 (chromium.org), sections 2.2-2.6.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDAT
     1, 2, 3, 4, 6, 7, 8, 9,
 )  # fmt: skip
 FLAG_FIN = 0x01
-RST_CANCEL = 5
 
 # SPDY/3's header dictionary (draft 3, section 2.6.10.1): these words, each after its length
 # as four bytes, then the text below as it is.
@@ -131,26 +130,16 @@ class Connection:
     def _control_frame(kind: int, flags: int, body: bytes) -> bytes:
         return struct.pack(">HHI", 0x8000 | VERSION, kind, flags << 24 | len(body)) + body
 
-    def reply(self, stream: int, *, fin: bool = False) -> bytes:
-        """SYN_REPLY with no headers, as the kubelet accepts each stream (FIN: rejected)."""
+    def reply(self, stream: int) -> bytes:
+        """SYN_REPLY with no headers, as the kubelet accepts each stream."""
         body = struct.pack(">I", stream) + self._block({})
-        return self._control_frame(SYN_REPLY, FLAG_FIN if fin else 0, body)
+        return self._control_frame(SYN_REPLY, 0, body)
 
     @staticmethod
     def data(stream: int, payload: bytes, *, fin: bool = False) -> bytes:
-        chunks = [payload[i : i + 0xFFFFFF] for i in range(0, len(payload), 0xFFFFFF)] or [b""]
-        out = b""
-        for index, chunk in enumerate(chunks):
-            last = fin and index == len(chunks) - 1
-            out += struct.pack(">II", stream, (FLAG_FIN if last else 0) << 24 | len(chunk))
-            out += chunk
-        return out
-
-    def reset(self, stream: int, status: int = RST_CANCEL) -> bytes:
-        return self._control_frame(RST_STREAM, 0, struct.pack(">II", stream, status))
+        """One DATA frame (at most 16 MiB: the server relays 64 KiB reads)."""
+        flags = FLAG_FIN if fin else 0
+        return struct.pack(">II", stream, flags << 24 | len(payload)) + payload
 
     def ping(self, ping_id: int) -> bytes:
         return self._control_frame(PING, 0, struct.pack(">I", ping_id))
-
-    def goaway(self, last_stream: int) -> bytes:
-        return self._control_frame(GOAWAY, 0, struct.pack(">II", last_stream, 0))
