@@ -2,6 +2,9 @@
 
 SaslAuthenticate carries passwords (PLAIN) and proofs (SCRAM); the delegation-token and
 SCRAM-credential APIs carry secrets too: every bytes field of those messages is emptied.
+Requests that set configs (CreateTopics, AlterConfigs, IncrementalAlterConfigs) may set
+passwords (`sasl.jaas.config`, `ssl.keystore.password`): their config values are nulled,
+their names kept. (Raw SASL tokens after a SaslHandshake v0 are never written: see trace.)
 Produce requests and Fetch/ShareFetch responses carry the application's records: their
 record sets become empty unless payloads are wanted (empty rather than null: Wireshark 4.0
 cannot dissect a Fetch answer with a null record set). Everything else is kept byte for
@@ -41,22 +44,29 @@ SASL_AUTHENTICATE = 36
 SECRET_REQUESTS = {SASL_AUTHENTICATE, 39, 40, 51}
 # + CreateDelegationToken, DescribeDelegationToken responses
 SECRET_RESPONSES = {SASL_AUTHENTICATE, 38, 41}
+# CreateTopics, AlterConfigs, IncrementalAlterConfigs: config values, which can be secrets
+CONFIG_REQUESTS = {19, 33, 44}
+CONFIG_VALUES = frozenset({"value"})
 PAYLOAD_REQUESTS = {0}  # Produce
 PAYLOAD_RESPONSES = {1, 78}  # Fetch, ShareFetch
 
 
 class _Cut(ByteWalk):
-    """Walks a whole message, replacing the chosen variable-length fields."""
+    """Walks a whole message, replacing the variable-length fields of the chosen types or
+    names."""
 
-    __slots__ = ("kinds",)
+    __slots__ = ("kinds", "names")
 
-    def __init__(self, buf: bytes, kinds: frozenset[str]) -> None:
+    def __init__(
+        self, buf: bytes, kinds: frozenset[str], names: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__(buf, _keep)
         self.kinds = kinds
+        self.names = names
 
     def variable(self, field: FieldPlan, pos: int) -> int:
         end = super().variable(field, pos)
-        if field.kafka_type in self.kinds:
+        if field.kafka_type in self.kinds or field.name in self.names:
             self.edits.append((pos, end, _empty(field)))
         return end
 
@@ -66,13 +76,21 @@ def _keep(_address: object) -> None:
 
 
 def _empty(field: FieldPlan) -> bytes:
-    if field.nullable:
-        return wire.write_uvarint(0) if field.compact else (-1).to_bytes(4, "big", signed=True)
-    return wire.write_uvarint(1) if field.compact else (0).to_bytes(4, "big")
+    """Null (or, where null is not allowed, empty) in the field's own length encoding."""
+    if field.compact:
+        return wire.write_uvarint(0 if field.nullable else 1)
+    width = 2 if field.kafka_type == "string" else 4  # a string's length is an int16
+    return (-1 if field.nullable else 0).to_bytes(width, "big", signed=True)
 
 
-def _cut(frame: bytes, plan: StructPlan, body: int, kinds: frozenset[str]) -> bytes:
-    walk = _Cut(frame, kinds)
+def _cut(
+    frame: bytes,
+    plan: StructPlan,
+    body: int,
+    kinds: frozenset[str],
+    names: frozenset[str] = frozenset(),
+) -> bytes:
+    walk = _Cut(frame, kinds, names)
     walk.struct(plan, body, None)
     return splice(frame, walk.edits) if walk.edits else frame
 
@@ -123,7 +141,8 @@ def _redact(
     found it, or found by walking the message again; whatever cannot be cut keeps only its
     header (fail closed). request_body: where a request's body starts (None: unknown); a
     response's header says where its body starts."""
-    secret = key in (SECRET_RESPONSES if response else SECRET_REQUESTS)
+    configs = not response and key in CONFIG_REQUESTS
+    secret = configs or key in (SECRET_RESPONSES if response else SECRET_REQUESTS)
     payload = key in (PAYLOAD_RESPONSES if response else PAYLOAD_REQUESTS)
     if isinstance(frame, bytes) and not secret and (payloads or not payload):
         return frame  # most frames are kept whole
@@ -141,6 +160,8 @@ def _redact(
             if not isinstance(frame, bytes):
                 raise MalformedMessage(f"API {key} v{version} passed partly unread")
             plan = (response_plan if response else request_plan)(key, version)
+            if configs:
+                return _cut(frame, plan, body, frozenset(), CONFIG_VALUES)
             return _cut(frame, plan, body, SECRETS)
         if records is not None:
             raise MalformedMessage("the record sets are not where the relay's walk found them")

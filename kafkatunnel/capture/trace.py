@@ -13,6 +13,7 @@ recording read them (see redact). A transparent tunnel's bytes are cut into fram
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, Flow
@@ -23,6 +24,13 @@ from kafkatunnel.protocol.headers import expects_response, parse_request_header
 from kafkatunnel.protocol.passage import Part, Records, Request
 
 Address = tuple[str, int]
+SASL_HANDSHAKE = 17
+# After a SaslHandshake v0, the client's next frames are raw SASL tokens, answered by raw
+# server tokens, none of them Kafka messages: how many each mechanism exchanges (KIP-43).
+# Any other mechanism (GSSAPI: as many rounds as Kerberos takes) keeps the rest of the
+# connection out of the recording: it cannot tell where the tokens end.
+RAW_TOKENS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
+UNTIL_THE_END = sys.maxsize
 CLIENT_ISN = 1_000
 SERVER_ISN = 5_000_000
 
@@ -116,6 +124,9 @@ class ConnectionTrace:
         self.broken: str | None = None  # why this trace stopped following the stream
         self.frames = 0
         self.skipped = 0  # frames not written: unknown requests and their answers
+        self._raw_requests = 0  # client frames still to come that are raw SASL tokens
+        self._raw_responses = 0  # and server frames, once the handshake's answer passed
+        self._handshake: tuple[int, int] | None = None  # its correlation id, token count
 
     def opened(self) -> list[bytes]:
         """The handshake, so a reader sees the connection from its start."""
@@ -159,6 +170,10 @@ class ConnectionTrace:
     def _request_seen(
         self, frame: Frame, records: Records | None, request: Request | None
     ) -> list[bytes]:
+        if self._raw_requests:  # a raw SASL token: never written, whatever it looks like
+            self._raw_requests -= 1
+            self.skipped += 1
+            return []
         try:
             if request is not None:
                 header, wanted = request
@@ -178,6 +193,10 @@ class ConnectionTrace:
                 return []
             if wanted:
                 self._pending[header.correlation_id] = (header.api_key, header.api_version)
+            if (header.api_key, header.api_version) == (SASL_HANDSHAKE, 0):
+                tokens = RAW_TOKENS.get(_mechanism(frame, header.body_offset), UNTIL_THE_END)
+                self._raw_requests = tokens
+                self._handshake = (header.correlation_id, tokens)
             kept = redact_request(frame, header, self.payloads, records)
         except ProtocolError as error:
             self.broken = f"a request could not be read: {error}"
@@ -185,6 +204,10 @@ class ConnectionTrace:
         return self._segments(kept, to_server=True)
 
     def _response_seen(self, frame: Frame, records: Records | None) -> list[bytes]:
+        if self._raw_responses:
+            self._raw_responses -= 1
+            self.skipped += 1
+            return []
         head = frame if isinstance(frame, bytes) else frame[0]
         if isinstance(head, int) or len(head) < SIZE_PREFIX + 4:
             self.broken = "a response too short for a correlation id, or unread at its head"
@@ -194,6 +217,9 @@ class ConnectionTrace:
             # An answer to no request seen: keep its correlation id only (fail closed).
             return self._segments((4).to_bytes(4, "big") + bytes(head[4:8]), to_server=False)
         api = self._pending.pop(correlation)
+        if self._handshake is not None and self._handshake[0] == correlation:
+            self._raw_responses = self._handshake[1]  # the server's tokens come next
+            self._handshake = None
         if api is None:
             self.skipped += 1
             return []
@@ -234,3 +260,12 @@ class ConnectionTrace:
             flow.segment(seq + start, ack, PSH | ACK, data[start : start + MAX_SEGMENT])
             for start in range(0, len(data), MAX_SEGMENT)
         ]
+
+
+def _mechanism(frame: Frame, body: int) -> str:
+    """The mechanism a SaslHandshake request names ('' when it cannot be read)."""
+    head = frame if isinstance(frame, bytes) else frame[0]
+    if isinstance(head, int) or len(head) < body + 2:
+        return ""
+    length = int.from_bytes(head[body : body + 2], "big", signed=True)
+    return bytes(head[body + 2 : body + 2 + max(length, 0)]).decode(errors="replace")

@@ -151,3 +151,44 @@ def test_a_stalled_disk_never_holds_up_a_connection(tmp_path: Path) -> None:
     os.close(read_end)  # the writer's write now fails (EPIPE) and it ends
     recorder.close()
     assert not recorder._writer.is_alive()
+
+
+def _raw(token: bytes) -> bytes:
+    return len(token).to_bytes(4, "big") + token
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "client_tokens", "server_tokens"),
+    [
+        # PLAIN: the password in one token, answered by an empty frame. This token reads
+        # as an ApiVersions v0 request header: it is skipped for where it is, not its look.
+        ("PLAIN", [b"\x00\x12\x00\x00\x00\x00\x00\x07\x00s3cr3t-pw"], [b""]),
+        (
+            "SCRAM-SHA-256",
+            [b"n,,n=alice,r=s3cr3t-nonce", b"c=biws,r=s3cr3t-nonce,p=s3cr3t-proof"],
+            [b"r=s3cr3t-nonce,s=s3cr3t-salt,i=4096", b"v=s3cr3t-verifier"],
+        ),
+    ],
+)
+def test_legacy_sasl_tokens_never_reach_a_recording(
+    mechanism: str, client_tokens: list[bytes], server_tokens: list[bytes]
+) -> None:
+    """After a SaslHandshake v0 the tokens are raw, unframed by Kafka's headers: none of
+    them is written, in either direction, and the Kafka requests after them are."""
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v0.response import SaslHandshakeResponse
+
+    from kafkatunnel.capture.trace import ConnectionTrace
+
+    trace = ConnectionTrace(("127.0.0.1", 40000), ("127.0.0.1", 9092))
+    written = trace.from_client([request_frame(SaslHandshakeRequest(mechanism=mechanism), 1)])
+    answer = SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=(mechanism,))
+    written += trace.to_client([response_frame(17, 0, encode(answer), 1)])
+    for client, server in zip(client_tokens, server_tokens, strict=True):
+        written += trace.from_client([_raw(client)])
+        written += trace.to_client([_raw(server)])
+    after, answered = _lookup(5)
+    written += trace.from_client([after]) + trace.to_client([answered])
+    data = b"".join(written)
+    assert b"s3cr3t" not in data and trace.broken is None
+    assert after[4:] in data and answered[4:] in data  # Kafka again once the tokens are done
