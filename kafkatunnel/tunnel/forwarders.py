@@ -4,7 +4,9 @@ bastion host and a Kubernetes cluster. The tunnel only sees this interface.
 - `direct`: plain TCP, to a mapped address (`--map ADVERTISED=REACHABLE`) or the advertised one.
 - `exec`: one process per upstream connection whose stdin/stdout is the byte stream, like
   ssh's ProxyCommand: `ssh bastion nc {host} {port}`, or
-  `ip netns exec NS socat STDIO TCP:{host}:{port}`.
+  `ip netns exec NS socat STDIO TCP:{host}:{port}`. The template is split into words
+  first, as a shell would (no shell runs it), and each placeholder filled inside its word,
+  so a broker's name is never more than part of one argument.
 """
 
 from __future__ import annotations
@@ -183,11 +185,22 @@ PLACEHOLDERS = {"host", "port"}
 
 
 def check_template(template: str) -> None:
-    """Refuse a template that names anything but {host} and {port}, or misses {port}."""
+    """Refuse a template that names anything but {host} and {port}, misses {port}, or
+    would run a placeholder as the command. Placeholders are read word by word, as filled."""
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        words = shlex.split(template)
     except ValueError as error:
-        raise ValueError(f"--exec {template!r}: {error} (write a literal brace as {{{{)") from None
+        raise ValueError(f"--exec {template!r}: {error} (close the quote)") from None
+    if not words:
+        raise ValueError("--exec is empty")
+    names: set[str] = set()
+    for word in words:
+        try:
+            names |= {n for _, n, _, _ in string.Formatter().parse(word) if n is not None}
+        except ValueError as error:
+            raise ValueError(
+                f"--exec {template!r}: {error} (write a literal brace as {{{{)"
+            ) from None
     unknown = names - PLACEHOLDERS
     if unknown:
         raise ValueError(
@@ -199,8 +212,8 @@ def check_template(template: str) -> None:
             f"--exec {template!r} has no {{port}}: every broker would get the same stream. "
             'Example: --exec "ssh bastion nc {host} {port}"'
         )
-    if not shlex.split(template):
-        raise ValueError("--exec is empty")
+    if "{" in words[0].replace("{{", ""):
+        raise ValueError(f"--exec {template!r}: the command itself cannot be a placeholder")
 
 
 class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
@@ -269,7 +282,9 @@ class ExecForwarder(Forwarder):
         self.template = template
 
     def argv(self, host: str, port: int) -> list[str]:
-        return shlex.split(self.template.format(host=host, port=port))
+        """The command for host:port: the template's words, each filled in on its own (the
+        tunnel has checked host already; this keeps even an unchecked one to one word)."""
+        return [word.format(host=host, port=port) for word in shlex.split(self.template)]
 
     def describe(self, host: str, port: int) -> str:
         return f"exec {shlex.join(self.argv(host, port))}"
