@@ -139,3 +139,35 @@ def test_values_are_checked_against_each_settings_type(tmp_path: Path) -> None:
         load_profile(SETTINGS, path, "p")
     with pytest.raises(ConfigError, match="no configuration file at"):
         load_profile(SETTINGS, tmp_path / "missing.toml")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own files as another user")
+def test_root_ignores_a_settings_file_of_another_user(tmp_path: Path) -> None:
+    """As root in a directory that `nobody` owns, nobody's kafkatunnel.toml (its exec
+    command included) is ignored with a warning; under sudo by nobody it is theirs."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    marker = tmp_path / "ran"
+    directory = tmp_path / "theirs"
+    directory.mkdir()
+    (directory / "kafkatunnel.toml").write_text(
+        'profile = "p"\n[profiles.p]\nvia = "exec"\n'
+        f'exec = "touch {marker} {{port}}"\nbootstrap = "127.0.0.1:1"\nstart-timeout = 2.0\n'
+    )
+    for path in (directory, directory / "kafkatunnel.toml"):
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKATUNNEL_", "SUDO_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table"],
+        cwd=directory, capture_output=True, text=True, timeout=60,
+        env={**env, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert "warning: ignoring" in result.stderr and "belongs to uid" in result.stderr
+    assert result.returncode == 2 and not marker.exists(), result.stderr
+    sudo = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "config", "show"],
+        cwd=directory, capture_output=True, text=True, timeout=60,
+        env={**env, "SUDO_UID": str(nobody.pw_uid)},
+    )  # fmt: skip
+    assert "profile: p" in sudo.stdout and "warning" not in sudo.stderr, sudo.stderr

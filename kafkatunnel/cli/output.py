@@ -40,6 +40,11 @@ def error(message: str, fix: str | None = None) -> None:
     make_console(stderr=True).print(text, highlight=False)
 
 
+def warning(message: str) -> None:
+    """A warning on standard error: something was not done, and why."""
+    make_console(stderr=True).print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+
 def configure_logging(verbose: int, quiet: bool) -> None:
     level = (
         logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]

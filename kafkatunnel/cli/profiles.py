@@ -20,6 +20,12 @@ its variable is KAFKATUNNEL_ and the name in capitals (KAFKATUNNEL_CONNECT_TIMEO
     broker-port = ["1=19093", "2=19094"]
 
 A misspelt key, profile or variable is an error that names the closest valid one.
+
+A kafkatunnel.toml found in the working directory is obeyed only when it and the directory
+belong to the user running the command (or, under sudo, to the user who ran sudo): it can
+name commands to run (`exec`), and a directory of someone else's is theirs to fill. git
+refuses such repositories for the same reason (CVE-2022-24765). --config FILE is always
+read: naming a file is trusting it.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,11 +98,41 @@ def _convert(setting: Setting, value: Any, where: str) -> Any:
     return out if setting.multiple else out[0]
 
 
+def trusted_owners() -> set[int]:
+    """Who may own a settings file we find by ourselves: the user, and under sudo the user
+    who ran it (as git's safe.directory check does)."""
+    owners = {os.geteuid()}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if os.geteuid() == 0 and sudo_uid.isdigit():
+        owners.add(int(sudo_uid))
+    return owners
+
+
+def foreign_owner(file: Path) -> str | None:
+    """Why `file` (found in the working directory) is not the user's to obey, or None."""
+    owners = trusted_owners()
+    for path in (file, file.parent):
+        uid = path.stat().st_uid
+        if uid not in owners:
+            return f"{path} belongs to uid {uid}, not to you"
+    return None
+
+
 def load_profile(
-    settings: Mapping[str, Setting], path: Path | None = None, profile: str | None = None
+    settings: Mapping[str, Setting],
+    path: Path | None = None,
+    profile: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Profile:
-    """The chosen profile's settings, checked. No file and no profile asked: no settings."""
+    """The chosen profile's settings, checked. No file and no profile asked: no settings.
+    A file found (not named) that someone else owns is ignored, saying so through `warn`."""
     file = path or Path.cwd() / CONFIG_FILE
+    if path is None and file.exists():
+        foreign = foreign_owner(file)
+        if foreign is not None:
+            if warn is not None:
+                warn(f"ignoring {file}: {foreign} (name it with --config FILE to use it)")
+            file = Path("/nonexistent") / CONFIG_FILE
     if not file.exists():
         if path is not None:
             raise ConfigError(f"no configuration file at {path} (--config)")

@@ -12,7 +12,7 @@ import typer
 from typer._click.core import Command, Parameter
 from typer.core import TyperGroup as Group
 
-from kafkatunnel.cli.output import error
+from kafkatunnel.cli.output import error, warning
 from kafkatunnel.cli.profiles import ConfigError, Setting, check_environment, load_profile
 
 CONFIGURABLE = ("up", "doctor")
@@ -63,7 +63,7 @@ def apply(ctx: typer.Context, config: Path | None, profile: str | None) -> None:
     settings = all_settings(group)
     try:
         check_environment(settings)
-        chosen = load_profile(settings, config, profile)
+        chosen = load_profile(settings, config, profile, warn=warning)
     except ConfigError as cause:
         error(str(cause))
         raise typer.Exit(2) from None
