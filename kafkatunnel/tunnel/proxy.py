@@ -16,7 +16,7 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
-from kafkatunnel.tunnel.relay import Pump
+from kafkatunnel.tunnel.relay import ConnectionBug, Pump
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
@@ -150,13 +150,17 @@ class ClientConnection:
                                signal)  # fmt: skip
 
     def _client_ended(self, cause: BaseException | None) -> None:
-        if isinstance(cause, ProtocolError):
+        if isinstance(cause, ConnectionBug):
+            self.fail(f"client {self.peer}: {cause}")
+        elif isinstance(cause, ProtocolError):
             self.fail(f"client {self.peer} sent invalid Kafka protocol: {cause}")
         else:
             self.close()  # it closed or reset its connection: its own business
 
     def _broker_ended(self, cause: BaseException | None) -> None:
-        if isinstance(cause, ProtocolError):
+        if isinstance(cause, ConnectionBug):
+            self.fail(f"broker {self.endpoint.advertised}: {cause}")
+        elif isinstance(cause, ProtocolError):
             self.fail(f"broker {self.endpoint.advertised} answered with invalid Kafka: {cause}")
         else:
             self._upstream_ended(cause if isinstance(cause, OSError) else None)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 from collections.abc import Callable
 
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Chunk, Direction
 
+log = logging.getLogger("kafkatunnel.relay")
 ZERO_COPY = hasattr(os, "splice")  # Linux; elsewhere every byte is read and written
 READ_SIZE = 256 << 10
 HEAD_READ = 16 << 10  # with splice: read little, so a large frame's body is left to splice
@@ -34,6 +36,17 @@ BURST = 16  # reads per wake-up before other connections get their turn
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+
+
+class ConnectionBug(Exception):
+    """Something no input should cause went wrong on one connection: that connection ends,
+    saying so; the others and the tunnel go on."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(
+            f"internal error: {type(cause).__name__}: {cause} (a kafkatunnel bug: please "
+            "report it with the output of -vv)"
+        )
 
 
 def _pipe() -> tuple[int, int, int]:
@@ -125,9 +138,14 @@ class Pump:
     # -- reading ----------------------------------------------------------------------------
 
     def _readable(self) -> None:
-        for _ in range(BURST):
-            if not self._read() or not self._flush() or self._short:
-                break
+        try:
+            for _ in range(BURST):
+                if not self._read() or not self._flush() or self._short:
+                    break
+        except Exception as error:  # a bug costs this connection, never the event loop
+            log.debug("connection bug", exc_info=True)
+            self.close()
+            self.on_source_end(ConnectionBug(error))
 
     def _read(self) -> bool:
         """Read once: False if nothing was there, or the source ended."""
@@ -181,7 +199,12 @@ class Pump:
     # -- writing ----------------------------------------------------------------------------
 
     def _writable(self) -> None:
-        self._flush()
+        try:
+            self._flush()
+        except Exception as error:
+            log.debug("connection bug", exc_info=True)
+            self.close()
+            self.on_source_end(ConnectionBug(error))
 
     def _flush(self) -> bool:
         """Write what was read: True once all of it is written."""
