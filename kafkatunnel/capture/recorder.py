@@ -25,6 +25,7 @@ from typing import BinaryIO
 from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
 from kafkatunnel.capture.trace import Address, ConnectionTrace
+from kafkatunnel.files import create_private, private_dir
 from kafkatunnel.protocol.passage import Part, Records, Request
 
 log = logging.getLogger("kafkatunnel.recorder")
@@ -67,7 +68,8 @@ _Frame = tuple["Recording", bool, list[Part], Records | None, Request | None, in
 
 
 def _open_unbuffered(path: Path) -> BinaryIO:
-    return open(path, "wb", buffering=0)  # the writer closes it
+    """A new recording file, 0600, never through a symlink (the writer closes it)."""
+    return os.fdopen(create_private(path), "wb", buffering=0)
 
 
 class Recorder:
@@ -106,7 +108,7 @@ class Recorder:
         self._file_bytes = 0  # bytes made for the current file
         self._stopped = False  # no more blocks are made
         self._queue: queue.SimpleQueue[_Command] = queue.SimpleQueue()
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         self._writer = _Writer(self, opener)
         self._writer.start()
         self._rotate()

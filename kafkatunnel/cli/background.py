@@ -22,7 +22,8 @@ from rich.console import Console
 from kafkatunnel.cli.options import port_option
 from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.cli.tunnel import running_or_exit
-from kafkatunnel.pids import pid_alive
+from kafkatunnel.files import create_private, state_directory
+from kafkatunnel.pids import ours, pid_alive
 from kafkatunnel.tunnel.control import fetch, running_tunnels, state_dir
 
 START_TIMEOUT = 60.0
@@ -31,10 +32,9 @@ STOP_TIMEOUT = 15.0
 
 def detach(console: Console, argv: list[str]) -> None:
     args = [a for a in argv if a not in ("--detach", "-d")] + ["--no-table"]
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = state_directory(state_dir())
     log = directory / f"up-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
-    with open(log, "wb") as out:
+    with os.fdopen(create_private(log), "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kafkatunnel", *args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -76,6 +76,12 @@ def down(
         raise typer.Exit(2)
     for tunnel_port, state in sorted(tunnels.items()):
         pid = int(state["pid"])
+        if not ours(pid):
+            stale = state_dir() / f"tunnel-{tunnel_port}.json"
+            error(f"the tunnel state file for port {tunnel_port} names pid {pid}, which is "
+                  "not a kafkatunnel process of yours: left alone",
+                  f"remove {stale} if it is stale")  # fmt: skip
+            continue
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
         while pid_alive(pid) and time.monotonic() < deadline:

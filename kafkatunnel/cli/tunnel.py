@@ -10,7 +10,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.dns.resolver import METHODS, ResolverError
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
+from kafkatunnel.files import private_dir
+from kafkatunnel.hostnames import ClusterZones, check_address
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.probe import split_address
@@ -47,7 +49,7 @@ from kafkatunnel.tunnel import (
     parse_mapping,
 )
 from kafkatunnel.tunnel.control import fetch, running_tunnels
-from kafkatunnel.tunnel.registry import Endpoint
+from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
 from kafkatunnel.tunnel.view import status_table
 
 START_TIMEOUT = 15.0
@@ -119,6 +121,24 @@ def up(
     dns_first_address: str = typer.Option(
         "127.0.0.2", metavar="ADDRESS", help="Broker i gets this address + i."
     ),
+    dns_zone: list[str] = typer.Option(
+        [],
+        "--dns-zone",
+        metavar="ZONE",
+        help="Also resolve brokers' names in this zone (repeatable; the bootstrap's, "
+        "--broker's and cluster.local are resolved already).",
+    ),
+    metrics_listen: str | None = typer.Option(
+        None,
+        metavar="HOST:PORT",
+        help="Also serve Prometheus /metrics over TCP here (status stays owner-only).",
+    ),
+    max_brokers: int = typer.Option(
+        DEFAULT_MAX_BROKERS,
+        metavar="COUNT",
+        help="Brokers the cluster may name; past this they are refused (each costs listeners "
+        "and a forward).",
+    ),
     broker: list[str] = typer.Option(
         [],
         "--broker",
@@ -168,11 +188,12 @@ def up(
         )
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
-    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address)
+    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address, list(dns_zone))
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
     run_up(
         console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
         mode, dns_options, broker, record_options, zero_copy, start_timeout,
+        max_brokers=max_brokers, metrics_listen=metrics_listen,
     )  # fmt: skip
 
 
@@ -279,6 +300,7 @@ class DnsOptions:
     listen: str = "127.0.0.1:53"
     setup: str = "auto"  # a resolver method, or "none"
     first_address: str = "127.0.0.2"
+    zones: list[str] = field(default_factory=list)  # --dns-zone
 
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
@@ -311,9 +333,10 @@ class RecordOptions:
 
 
 def _check_writable(directory: Path) -> None:
-    """Fail now, not at the first connection, when recordings cannot be written there."""
+    """Fail now, not at the first connection, when recordings cannot be written there (a
+    directory of someone else's is refused: they could read or replace what we record)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as cause:
@@ -326,15 +349,13 @@ def _check_writable(directory: Path) -> None:
 
 def check_bootstrap(bootstrap: str) -> None:
     try:
-        _, port = split_address(bootstrap)
-    except ValueError:
-        port = 0
-    if not 0 < port < 65536:
+        check_address(*split_address(bootstrap))
+    except ValueError as cause:
         raise typer.BadParameter(
             f"{bootstrap!r}: expected the advertised HOST:PORT of a broker, e.g. "
-            "kafka-0.kafka-headless.shop.svc.cluster.local:9092",
+            f"kafka-0.kafka-headless.shop.svc.cluster.local:9092 ({cause})",
             param_hint="--bootstrap",
-        )
+        ) from None
 
 
 def run_up(
@@ -352,6 +373,9 @@ def run_up(
     record: RecordOptions | None = None,
     zero_copy: bool = True,
     start_timeout: float | None = START_TIMEOUT,
+    *,
+    max_brokers: int = DEFAULT_MAX_BROKERS,
+    metrics_listen: str | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
@@ -363,11 +387,18 @@ def run_up(
     dns = dns or DnsOptions()
     for entry in brokers or []:
         try:
-            split_address(entry)
-        except ValueError:
+            check_address(*split_address(entry))
+        except ValueError as cause:
             raise typer.BadParameter(
-                f"{entry!r}: expected HOST:PORT", param_hint="--broker"
+                f"{entry!r}: expected HOST:PORT ({cause})", param_hint="--broker"
             ) from None
+    for zone in dns.zones:
+        try:
+            ClusterZones.of([], [zone])
+        except ValueError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--dns-zone") from None
+    if max_brokers < 1:
+        raise typer.BadParameter("must be 1 or more", param_hint="--max-brokers")
     if dns.setup not in ("none", *METHODS):
         raise typer.BadParameter(
             f"{dns.setup!r} is not one of none, {', '.join(METHODS)}", param_hint="--dns-setup"
@@ -388,6 +419,9 @@ def run_up(
             record_payloads=record.payloads if record else False,
             zero_copy=zero_copy,
             start_timeout=start_timeout or None,
+            max_brokers=max_brokers,
+            dns_zones=dns.zones,
+            metrics_listen=parse_listen(metrics_listen) if metrics_listen else None,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafkatunnel.files import inside, replace_system_file, state_directory, write_whole
+from kafkatunnel.hostnames import UntrustedName, check_host, is_ip_literal
 from kafkatunnel.tunnel.control import state_dir
 
 BEGIN = "# BEGIN kafkatunnel (managed: `kafkatunnel dns teardown` removes this block)"
@@ -146,9 +148,21 @@ def _load() -> list[dict[str, Any]]:
 
 
 def _record(actions: list[dict[str, Any]]) -> None:
+    """The journal of set-up actions, written whole before each action is taken."""
     path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(actions, indent=1))
+    state_directory(path.parent)
+    write_whole(path, json.dumps(actions, indent=1).encode())
+
+
+def _checked(names: dict[str, str], domains: list[str]) -> None:
+    """Names reach the machine's resolution only as plain host names (no newline can add
+    a line to /etc/hosts, no slash can leave /etc/resolver): the tunnel checked them
+    already; this is the last gate before the system's files."""
+    for name in [*names, *domains]:
+        check_host(name)
+    for address in names.values():
+        if not is_ip_literal(address):
+            raise UntrustedName(f"{address!r} is not an IP address")
 
 
 def hosts_block(names: dict[str, str]) -> str:
@@ -171,6 +185,7 @@ def setup(
 ) -> Plan:
     """Point the resolver at the shim (or, for `hosts`, write the names themselves)."""
     chosen = choose_method(method)
+    _checked(names, domains)
     plan = Plan(chosen)
     actions = _load()
     if chosen == "hosts":
@@ -187,10 +202,10 @@ def setup(
                 {"kind": "hosts", "file": str(hosts_file), "block": block, "newline": newline}
             )
             _record(actions)
-            hosts_file.write_bytes(original + (b"\n" if newline else b"") + block.encode())
+            replace_system_file(hosts_file, original + (b"\n" if newline else b"") + block.encode())
     elif chosen == "resolver-dir":
         for domain in domains:
-            target = resolver_dir / domain
+            target = inside(resolver_dir, domain.rstrip("."))
             plan.steps.append(f"write {target}: nameserver {server[0]} port {server[1]}")
             if dry_run:
                 continue
@@ -198,7 +213,7 @@ def setup(
             actions.append({"kind": "resolver-file", "file": str(target), "backup": backup})
             _record(actions)
             resolver_dir.mkdir(parents=True, exist_ok=True)
-            target.write_text(f"nameserver {server[0]}\nport {server[1]}\n")
+            write_whole(target, f"nameserver {server[0]}\nport {server[1]}\n".encode(), 0o644)
     else:
         for command in _link_commands("dummy") + _resolvectl_commands(domains, server):
             plan.steps.append(" ".join(command))
@@ -234,7 +249,7 @@ def teardown(*, dry_run: bool = False) -> list[str]:
                 content = path.read_bytes()
                 block = (b"\n" if action["newline"] else b"") + action["block"].encode()
                 if block in content:
-                    path.write_bytes(content.replace(block, b"", 1))
+                    replace_system_file(path, content.replace(block, b"", 1))
         elif kind == "resolver-file":
             path = Path(action["file"])
             if action["backup"] is None:
@@ -244,7 +259,7 @@ def teardown(*, dry_run: bool = False) -> list[str]:
             else:
                 done.append(f"restore {path}")
                 if not dry_run:
-                    path.write_bytes(bytes.fromhex(action["backup"]))
+                    write_whole(path, bytes.fromhex(action["backup"]), 0o644)
         elif kind == "resolvectl":  # set up by an older kafkatunnel: settings on a link
             done.append(f"resolvectl revert {action['link']}")
             if not dry_run:

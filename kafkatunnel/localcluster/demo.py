@@ -160,7 +160,7 @@ def run_demo(console: Console, record_dir: Path | None = None, spark: bool = Tru
         config = TunnelConfig(
             bootstrap=cluster.mock[0].address,
             listen_port=free_port_run(8),
-            control_port=None,
+            control=False,
             record_dir=report.recording,
         )
         with BackgroundTunnel(config, forwarder) as tunnel:

@@ -70,7 +70,7 @@ def record_routed_session(
     config = TunnelConfig(
         bootstrap=cluster.mock[0].address,
         listen_port=free_port_run(8),
-        control_port=None,
+        control=False,
         record_dir=directory,
         record_rotate_bytes=rotate_bytes,
     )

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 log = logging.getLogger("kafkatunnel.listeners")
 ACCEPT_BURST = 64  # connections taken per wake-up
@@ -21,6 +23,8 @@ class PortInUse(RuntimeError):
 
 def bind_listener(host: str, port: int, flag: str) -> socket.socket:
     """A listening socket, bound now (so clients can queue at once), or PortInUse."""
+    if not 0 < port < 65536:
+        raise PortInUse(f"port {port} is not between 1 and 65535; see {flag}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -29,14 +33,50 @@ def bind_listener(host: str, port: int, flag: str) -> socket.socket:
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
+            holder = holder_of(port)
+            by = f" by {holder}" if holder else " (another tunnel, or a `kubectl port-forward`?)"
             raise PortInUse(
-                f"port {port} on {host} is already in use (another tunnel, or a "
-                f"`kubectl port-forward`?); choose another with {flag}"
+                f"port {port} on {host} is already in use{by}; choose another with {flag}"
             ) from None
         raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; see {flag}") from None
     sock.listen(512)
     sock.setblocking(False)
     return sock
+
+
+def holder_of(port: int, proc: Path = Path("/proc")) -> str | None:
+    """`NAME (pid N)` of a process listening on TCP `port`, when /proc shows it (Linux;
+    other users' processes only to root), else None."""
+    inodes = set()
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            lines = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if (
+                len(fields) > 9
+                and fields[3] == LISTEN
+                and int(fields[1].rpartition(":")[2], 16) == port
+            ):
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    name = (entry / "comm").read_text().strip()
+                    return f"{name} (pid {entry.name})"
+        except OSError:
+            continue
+    return None
+
+
+LISTEN = "0A"  # the TCP state column of /proc/net/tcp
 
 
 class Acceptor:

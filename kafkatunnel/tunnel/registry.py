@@ -8,12 +8,42 @@ order; later ones take the next indexes), or what `--broker-port NODE=PORT` says
 from __future__ import annotations
 
 import ipaddress
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kafkatunnel.hostnames import UntrustedName, check_address
 from kafkatunnel.protocol.headers import RequestHeader
 from kafkatunnel.protocol.rewrite import BrokerAddress, UnknownBroker
+
+log = logging.getLogger("kafkatunnel.registry")
+# A cluster with more brokers than this is rare; an answer naming more is more likely a
+# broken or hostile one. Each broker costs a listener (two with DNS) and, via kubectl, a
+# port-forward process. --max-brokers raises it.
+DEFAULT_MAX_BROKERS = 256
+REFUSALS_KEPT = 50  # refused brokers listed in status (all are counted)
+
+
+def refused_address(address: BrokerAddress) -> tuple[str, int]:
+    """What clients are told for a refused broker: a name under `.invalid`, which RFC 6761
+    reserves to never resolve, so a client fails at once and names the node in its log,
+    instead of reaching an address the tunnel did not bind."""
+    port = address.port if 0 < address.port < 65536 else 9092
+    node = f"n{address.node_id}" if address.node_id >= 0 else "unknown"
+    return f"refused-broker-{node}.kafkatunnel.invalid", port
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A broker the cluster named that the tunnel will not serve, and why."""
+
+    node_id: int
+    advertised: str  # repr() of what it said: it may hold anything
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"node_id": self.node_id, "advertised": self.advertised, "reason": self.reason}
 
 
 @dataclass
@@ -55,7 +85,7 @@ class Endpoint:
     dns_address: str | None = None  # its own loopback address, for the DNS shim
     last_error: str | None = None
     last_error_at: float | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    note: str | None = None  # what the user should know, e.g. why its name is not resolved
     api_requests: dict[int, int] = field(default_factory=dict)  # per API key
     closed: Tally = field(default_factory=Tally)  # of its closed connections
 
@@ -92,7 +122,7 @@ class Endpoint:
             "errors": self.errors,
             "last_error": self.last_error,
             "dns_address": self.dns_address,
-            **self.extra,
+            "note": self.note,
         }
 
 
@@ -107,8 +137,13 @@ class BrokerRegistry:
         fixed_ports: dict[int, int] | None = None,
         on_new: Callable[[Endpoint], None] | None = None,
         first_dns_address: str = "127.0.0.2",
+        max_brokers: int = DEFAULT_MAX_BROKERS,
     ) -> None:
         self.first_dns_address = ipaddress.IPv4Address(first_dns_address)
+        self.max_brokers = max_brokers
+        self.refusals: dict[int, Refusal] = {}  # the first REFUSALS_KEPT, by node id
+        self.refused_total = 0
+        self.unserved: set[int] = set()  # node ids known, but with no listener
         self.listen_host = listen_host
         self.bootstrap_port = bootstrap_port
         self.fixed_ports = dict(fixed_ports or {})
@@ -119,7 +154,12 @@ class BrokerRegistry:
     def _port_for(self, node_id: int) -> int:
         if node_id in self.fixed_ports:
             return self.fixed_ports[node_id]
+        return self.next_port()
+
+    def next_port(self) -> int:
+        """The next port of the run after the bootstrap port that no broker has."""
         taken = {e.listen_port for e in self.brokers.values()} | set(self.fixed_ports.values())
+        taken.add(self.bootstrap_port)
         while True:
             port = self.bootstrap_port + 1 + self._next_index
             self._next_index += 1
@@ -128,9 +168,18 @@ class BrokerRegistry:
 
     def learn(self, addresses: Iterable[BrokerAddress]) -> list[Endpoint]:
         """Register the brokers in `addresses` not known yet (in node-id order); update the
-        advertised address of known ones that moved. Returns the new endpoints."""
+        advertised address of known ones that moved. Returns the new endpoints.
+
+        A name that is not a host name or IP literal, or a broker past `max_brokers`, is
+        refused (one log line for the lot): it gets no listener and no forward, and
+        clients are told an address that never resolves (`refused_address`)."""
         new = []
+        refused: list[Refusal] = []
         for address in sorted(set(addresses), key=lambda a: a.node_id):
+            why = self._refusal(address)
+            if why is not None:
+                refused.append(Refusal(address.node_id, repr(address.host), why))
+                continue
             known = self.brokers.get(address.node_id)
             if known is not None:
                 if (known.advertised_host, known.advertised_port) != (address.host, address.port):
@@ -148,19 +197,54 @@ class BrokerRegistry:
             new.append(endpoint)
             if self.on_new is not None:
                 self.on_new(endpoint)
+        if refused:
+            self._note(refused)
         return new
+
+    def _refusal(self, address: BrokerAddress) -> str | None:
+        """Why the tunnel will not serve `address` (None: it will)."""
+        try:
+            check_address(address.host, address.port)
+        except UntrustedName as error:
+            return str(error)
+        if address.node_id not in self.brokers and len(self.brokers) >= self.max_brokers:
+            return f"more than {self.max_brokers} brokers (raise the limit with --max-brokers)"
+        return None
+
+    def _note(self, refused: list[Refusal]) -> None:
+        fresh = [r for r in refused if r.node_id not in self.refusals]
+        self.refused_total += len(fresh)
+        for refusal in fresh:
+            if len(self.refusals) < REFUSALS_KEPT:
+                self.refusals[refusal.node_id] = refusal
+        if fresh:
+            first = fresh[0]
+            more = f" (and {len(fresh) - 1} more)" if len(fresh) > 1 else ""
+            log.error(
+                "refused broker %d named %s by the cluster: %s%s; clients are told it "
+                "does not resolve, the other brokers keep working",
+                first.node_id, first.advertised, first.reason, more,
+            )  # fmt: skip
 
     def map(self, address: BrokerAddress) -> tuple[str, int]:
         """The rewriter's mapper: the tunnel address standing for `address`; UnknownBroker
         for a broker not learnt yet, or one that moved (learn() first, then map again)."""
         endpoint = self.brokers.get(address.node_id)
         if (
-            endpoint is None
-            or endpoint.advertised_port != address.port
-            or endpoint.advertised_host != address.host
+            endpoint is not None
+            and endpoint.node_id not in self.unserved
+            and endpoint.advertised_port == address.port
+            and endpoint.advertised_host == address.host
         ):
-            raise UnknownBroker(address)
-        return endpoint.listen_host, endpoint.listen_port
+            return endpoint.listen_host, endpoint.listen_port
+        if (
+            address.node_id in self.unserved
+            or self._refusal(address) is not None  # decided again: not all are kept
+        ):
+            return refused_address(address)
+        raise UnknownBroker(address)
 
-    def is_tunnel_address(self, host: str, port: int) -> bool:
-        return any((e.listen_host, e.listen_port) == (host, port) for e in self.brokers.values())
+    def unlisten(self, endpoint: Endpoint) -> None:
+        """`endpoint` could not get a listener: clients must not be told its address."""
+        if endpoint.node_id is not None:
+            self.unserved.add(endpoint.node_id)

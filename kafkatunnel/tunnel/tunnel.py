@@ -20,6 +20,12 @@ from typing import Any
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES, Listener, Recorder, Recording
 from kafkatunnel.dns.names import Zone, broker_name
 from kafkatunnel.dns.server import DnsServer
+from kafkatunnel.hostnames import (
+    DEFAULT_CLUSTER_DOMAIN,
+    OUTSIDE_ZONES,
+    ClusterZones,
+    check_address,
+)
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
 from kafkatunnel.protocol.errors import ProtocolError
@@ -33,9 +39,10 @@ from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
-from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint, Tally
+from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
 
 log = logging.getLogger("kafkatunnel.tunnel")
+PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
 
 MODES = ("rewrite", "transparent")
 
@@ -48,7 +55,8 @@ class TunnelConfig:
     broker_ports: dict[int, int] = field(default_factory=dict)
     connect_timeout: float = 10.0
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    control_port: int | None = 0  # 0: any free loopback port; None: no control endpoint
+    control: bool = True  # serve status and metrics on the owner's control socket
+    metrics_listen: tuple[str, int] | None = None  # also /metrics over TCP, for Prometheus
     discover_timeout: float = 10.0
     discover_at_start: bool = True  # off: brokers are learned only from clients' traffic
     mode: str = "rewrite"  # or "transparent": bytes pass untouched (TLS, SASL end to end)
@@ -60,6 +68,9 @@ class TunnelConfig:
     record_payloads: bool = False  # keep Produce/Fetch record data in recordings
     zero_copy: bool = True  # splice bytes that pass unread (Linux); off: read every byte
     start_timeout: float | None = None  # wait this long for the bootstrap broker to answer
+    max_brokers: int = DEFAULT_MAX_BROKERS  # brokers learned past this are refused
+    dns_zones: list[str] = field(default_factory=list)  # resolved besides the derived zones
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -68,6 +79,17 @@ class TunnelConfig:
             raise ValueError(
                 "transparent mode needs the DNS shim (--dns): clients keep the brokers' own names"
             )
+        if self.max_brokers < 1:
+            raise ValueError(f"max_brokers must be 1 or more, not {self.max_brokers}")
+        check_address(*split_address(self.bootstrap))
+        for broker in self.brokers:
+            check_address(*split_address(broker))
+
+    @property
+    def zones(self) -> ClusterZones:
+        """Where names may resolve: the zones of the names the user gave, never a broker's."""
+        names = [split_address(a)[0] for a in (self.bootstrap, *self.brokers)]
+        return ClusterZones.of(names, self.dns_zones, self.cluster_domain)
 
 
 class Tunnel:
@@ -83,7 +105,9 @@ class Tunnel:
             config.broker_ports,
             on_new=self._open_broker,
             first_dns_address=config.first_dns_address,
+            max_brokers=config.max_brokers,
         )
+        self.zones = config.zones
         self.transparent = config.mode == "transparent"
         self.zone = Zone()
         self.dns: DnsServer | None = None
@@ -99,6 +123,7 @@ class Tunnel:
         self._draining: set[Upstream] = set()  # closed, their process or socket not yet gone
         self._loop: asyncio.AbstractEventLoop | None = None
         self.recorder: Recorder | None = None
+        self._claimed: dict[int, socket.socket] = {}  # pinned broker ports, bound at start
 
     @property
     def bootstrap_servers(self) -> str:
@@ -117,11 +142,18 @@ class Tunnel:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
+        try:
+            if not self.transparent:
+                self._claim_pinned_ports()
+        except BaseException:
+            sock.close()
+            raise
         if self.config.start_timeout is not None:
             try:
                 await self.reach_bootstrap(self.config.start_timeout)
             except BaseException:
                 sock.close()
+                self._release_claims()
                 raise
         if self.config.record_dir is not None:
             self.recorder = Recorder(
@@ -130,9 +162,9 @@ class Tunnel:
         await self._serve(sock, self.bootstrap)
         if self.dns is not None:
             await self.dns.start()
-        if self.config.control_port is not None:
+        if self.config.control:
             self.control = ControlServer(
-                self.status, self.metrics, self.config.listen_port, self.config.control_port
+                self.status, self.metrics, self.config.listen_port, self.config.metrics_listen
             )
             await self.control.start()
         known = [split_address(b) for b in self.config.brokers]
@@ -142,6 +174,22 @@ class Tunnel:
                 await self.discover_directly()
             else:
                 await self.discover()
+
+    def _claim_pinned_ports(self) -> None:
+        """Bind every --broker-port now: a taken one is an error at start, not a port
+        handed to clients while someone else holds it."""
+        try:
+            for node_id, port in sorted(self.config.broker_ports.items()):
+                flag = f"--broker-port {node_id}=PORT"
+                self._claimed[node_id] = bind_listener(self.config.listen_host, port, flag)
+        except BaseException:
+            self._release_claims()
+            raise
+
+    def _release_claims(self) -> None:
+        for sock in self._claimed.values():
+            sock.close()
+        self._claimed.clear()
 
     async def reach_bootstrap(self, timeout: float) -> None:
         """Until the bootstrap broker answers through the forwarder (Unreachable, naming the
@@ -189,6 +237,7 @@ class Tunnel:
         return len(brokers) > 0
 
     async def stop(self) -> None:
+        self._release_claims()
         for server in self.servers:
             server.close()
         connections = list(self.connections)
@@ -223,34 +272,82 @@ class Tunnel:
         """Bind a new broker's listeners right away (called while a response naming it is
         being rewritten); accepting starts on the next turn of the event loop.
 
-        Rewrite mode listens on 127.0.0.1:<its port>; with DNS, also on the broker's own
-        loopback address and advertised port, which its names resolve to. Transparent mode
-        listens only there, and passes bytes untouched."""
+        Rewrite mode listens on 127.0.0.1:<its port> (the next free one when that is taken:
+        clients are only ever told addresses the tunnel holds); with DNS, also on the
+        broker's own loopback address and advertised port, which its names resolve to, if
+        its name is inside the cluster's zones. Transparent mode listens only there, and
+        passes bytes untouched."""
         self.forwarder.expect(endpoint.advertised_host, endpoint.advertised_port)
         endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
-        listeners = []
+        sockets = []
         if not self.transparent:
-            flag = f"--broker-port {endpoint.node_id}=PORT"
-            listeners.append((endpoint.listen_host, endpoint.listen_port, flag))
-        if self.dns is not None and endpoint.dns_address is not None:
-            self.zone.add(broker_name(endpoint.advertised_host), endpoint.dns_address)
-            flag = "--dns-first-address ADDRESS"
-            listeners.append((endpoint.dns_address, endpoint.advertised_port, flag))
-            if self.transparent:
-                endpoint.listen_host, endpoint.listen_port = listeners[-1][:2]
-        for host, port, flag in listeners:
-            try:
-                sock = bind_listener(host, port, flag)
-            except PortInUse as error:
-                endpoint.state = "port in use"
-                endpoint.record_error(str(error))
-                log.error("broker %s: %s", endpoint.node_id, error)
+            sock = self._bind_broker_port(endpoint)
+            if sock is None:
                 return
-            assert self._loop is not None
+            sockets.append(sock)
+        if self.dns is not None and endpoint.dns_address is not None:
+            if not self.zones.covers(endpoint.advertised_host):
+                endpoint.note = f"{OUTSIDE_ZONES} ({self.zones}; add one with --dns-zone)"
+                log.warning("broker %s %s: %s", endpoint.node_id, endpoint.advertised,
+                            endpoint.note)  # fmt: skip
+                if self.transparent:
+                    endpoint.state = "not resolved"
+                    return
+            else:
+                try:
+                    sock = bind_listener(
+                        endpoint.dns_address, endpoint.advertised_port, "--dns-first-address"
+                    )
+                except PortInUse as error:
+                    if self.transparent:
+                        self._cannot_listen(endpoint, str(error), sockets)
+                        return
+                    endpoint.note = f"not resolved: {error}"  # its tunnel port still serves
+                    log.error("broker %s: %s", endpoint.node_id, endpoint.note)
+                else:
+                    sockets.append(sock)
+                    self.zone.add(broker_name(endpoint.advertised_host), endpoint.dns_address)
+                    if self.transparent:
+                        endpoint.listen_host, endpoint.listen_port = sock.getsockname()[:2]
+        assert self._loop is not None
+        for sock in sockets:
             task = self._loop.create_task(self._serve(sock, endpoint))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         log.info("broker %s %s -> %s", endpoint.node_id, endpoint.advertised, endpoint.local)
+
+    def _bind_broker_port(self, endpoint: Endpoint) -> socket.socket | None:
+        """The broker's rewrite-mode listener: on its pinned or planned port, else on the
+        next free one (a pinned port was claimed at start, so it cannot be taken here)."""
+        claimed = (
+            self._claimed.pop(endpoint.node_id, None) if endpoint.node_id is not None else None
+        )
+        if claimed is not None:
+            return claimed
+        pinned = endpoint.node_id in self.config.broker_ports
+        flag = f"--broker-port {endpoint.node_id}=PORT"
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                return bind_listener(endpoint.listen_host, endpoint.listen_port, flag)
+            except PortInUse as error:
+                if pinned:
+                    self._cannot_listen(endpoint, str(error), [])
+                    return None
+                taken = endpoint.listen_port
+                endpoint.listen_port = self.registry.next_port()
+                log.warning("broker %s: port %d is taken, using %d",
+                            endpoint.node_id, taken, endpoint.listen_port)  # fmt: skip
+        self._cannot_listen(endpoint, f"no free port in {PORT_ATTEMPTS} tries", [])
+        return None
+
+    def _cannot_listen(self, endpoint: Endpoint, why: str, bound: list[socket.socket]) -> None:
+        """A broker that gets no listener: clients are told it does not resolve."""
+        for sock in bound:
+            sock.close()
+        endpoint.state = "port in use"
+        endpoint.record_error(why)
+        self.registry.unlisten(endpoint)
+        log.error("broker %s: %s", endpoint.node_id, why)
 
     def _connection(self, endpoint: Endpoint) -> ClientConnection:
         connection = ClientConnection(
@@ -314,9 +411,13 @@ class Tunnel:
             "started_at": self.started_at,
             "mode": self.config.mode,
             "notes": self.notes,
-            # where /status and /metrics are served (None: no control port)
-            "control": None if self.control is None else f"127.0.0.1:{self.control.port}",
+            # where /status and /metrics are served (None: no control socket)
+            "control": None if self.control is None else self.control.address,
+            "metrics": None if self.control is None else self.control.metrics_address,
             "endpoints": [e.as_dict() for e in self.endpoints()],
+            # brokers the cluster named that get no listener: bad names, or past the limit
+            "refused": [r.as_dict() for r in self.registry.refusals.values()],
+            "refused_total": self.registry.refused_total,
             "recording": None
             if self.recorder is None
             else {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -42,16 +43,23 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
         if e["state"] != "listening":
             state = f"[red]{e['state']}[/]"
         elif "(ready)" in e["route"] or "(" not in e["route"]:
-            state = f"[green]ok[/] {e['route']}"
+            state = f"[green]ok[/] {escape(e['route'])}"
         else:
-            state = f"[yellow]{e['route']}[/]"
+            state = f"[yellow]{escape(e['route'])}[/]"
         errors = str(e["errors"])
         if e["last_error"]:
-            errors = f"[red]{e['errors']}[/] {e['last_error']}"
+            errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"
+        elif e.get("note"):
+            errors = f"{e['errors']} [yellow]{escape(e['note'])}[/]"
         table.add_row(
             node, e["advertised"], e["tunnel"], state, str(e["connections"]),
             _bytes(e["bytes_in"]), _bytes(e["bytes_out"]), errors,
         )  # fmt: skip
-    for note in status.get("notes", []):
-        table.caption = note
+    notes = list(status.get("notes", []))
+    if status.get("refused_total"):
+        first = status["refused"][0] if status.get("refused") else None
+        example = f": node {first['node_id']}, {first['reason']}" if first else ""
+        notes.append(f"{status['refused_total']} broker(s) refused{example}")
+    for note in notes:  # names from the cluster: never markup
+        table.caption = escape(note)
     return table

@@ -24,17 +24,17 @@ from kafkatunnel.waiting import wait_for
 def kube_tunnel(cluster: LocalCluster, **kube: object) -> BackgroundTunnel:
     forwarder = KubectlForwarder(Kubectl(namespace="kafka"), **kube)  # type: ignore[arg-type]
     config = TunnelConfig(
-        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control_port=None
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False
     )
     return BackgroundTunnel(config, forwarder).start()
 
 
-def every_group_works(cluster: LocalCluster, tunnel: BackgroundTunnel, topic: str) -> None:
-    """40 messages produced through the tunnel, and consumed by a group per coordinator
-    without a coordinator error."""
-    assert produce(tunnel.bootstrap_servers, topic, 40) == 40
+def every_group_works(cluster: LocalCluster, bootstrap: str, topic: str) -> None:
+    """40 messages produced through the tunnel at `bootstrap`, and consumed by a group per
+    coordinator without a coordinator error."""
+    assert produce(bootstrap, topic, 40) == 40
     groups = {gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()}
-    results = consume_groups(tunnel.bootstrap_servers, groups, topic, timeout=60)
+    results = consume_groups(bootstrap, groups, topic, timeout=60)
     for group, result in results.items():
         assert result.consumed == 40 and result.coordinator_errors == [], group
 

@@ -48,7 +48,7 @@ def test_every_coordinator_through_kubectl_forwards(
         for node, route in routes.items():
             index = [b.node_id for b in cluster.mock].index(node)
             assert route.startswith(f"kubectl pod/kafka-{index} ")  # the broker-to-pod mapping
-        every_group_works(cluster, tunnel, f"kube-{uuid.uuid4().hex[:6]}")
+        every_group_works(cluster, tunnel.bootstrap_servers, f"kube-{uuid.uuid4().hex[:6]}")
     finally:
         tunnel.stop()
 

@@ -169,7 +169,7 @@ def test_a_forward_left_useless_by_a_restarted_pod_is_replaced(
         wait_for(restarted(forward, pid), timeout=30, what="the useless forward to be replaced")
         assert forward.replacements == 1, forward.describe()
         assert "no answer to ApiVersions" in (forward.last_replacement or "")
-        every_group_works(cluster, tunnel, f"restarted-{uuid.uuid4().hex[:6]}")
+        every_group_works(cluster, tunnel.bootstrap_servers, f"restarted-{uuid.uuid4().hex[:6]}")
     finally:
         tunnel.stop()
 

@@ -21,7 +21,7 @@ def make_tunnel(cluster: LocalCluster) -> Iterator[MakeTunnel]:
         config = TunnelConfig(
             bootstrap=bootstrap or cluster.mock[0].address,
             listen_port=free_port_run(8),
-            control_port=None,
+            control=False,
             **options,  # type: ignore[arg-type]
         )
         tunnel = BackgroundTunnel(config, ExecForwarder(cluster.exec_template())).start()

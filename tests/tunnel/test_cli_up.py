@@ -93,7 +93,9 @@ def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     finally:
         holder.close()
     assert result.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"port {port} on 127.0.0.1 is already in use by python (pid {os.getpid()})" in (
+        result.stderr
+    )
     assert "--listen" in result.stderr
 
 

@@ -145,7 +145,7 @@ def test_through_sockets(local_tansu: str, zero_copy: bool, uvloop: bool) -> Non
 
 def _with_tunnel(bootstrap: str, forwarder: Forwarder, zero_copy: bool, uvloop: bool) -> None:
     config = TunnelConfig(
-        bootstrap=bootstrap, listen_port=free_port_run(8), control_port=None, zero_copy=zero_copy
+        bootstrap=bootstrap, listen_port=free_port_run(8), control=False, zero_copy=zero_copy
     )
     with BackgroundTunnel(config, forwarder, uvloop=uvloop) as tunnel:
         _check(tunnel, zero_copy)
@@ -161,7 +161,7 @@ def test_a_recording_splices_the_record_data_it_does_not_keep(
     config = TunnelConfig(
         bootstrap=local_tansu,
         listen_port=free_port_run(8),
-        control_port=None,
+        control=False,
         record_dir=tmp_path,
         record_payloads=payloads,
     )

@@ -1,0 +1,263 @@
+"""A cluster is input, not an authority: brokers that advertise hostile names, thousands of
+brokers, and ports someone else holds, against the real `kafkatunnel up`.
+
+The brokers are the test cluster's real ones; `tests.tunnel.hostile` sits in the --exec
+forwarder and adds lying entries to their Metadata answers (kio-encoded)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from dnslib import RCODE, DNSRecord
+
+from kafkatunnel.localcluster import LocalCluster, free_port, free_port_run
+from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.probe import ProbeConnection
+from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
+from kafkatunnel.tunnel.background import BackgroundTunnel
+from tests.kube.faults import every_group_works
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hostile_names(marker: Path) -> list[list[object]]:
+    return [
+        [101, f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser=", 9092],  # options for ssh
+        [102, "evil\n6.6.6.6 evil.example.org", 9092],  # a line of its own in /etc/hosts
+        [103, "kafka-3/../../../../tmp/resolver-escape", 9092],  # a path out of /etc/resolver
+        [104, "login.example.com", 9092],  # a good name, outside the cluster's zones
+    ]
+
+
+def hostile_exec(cluster: LocalCluster, spec: Mapping[str, object], tmp: Path) -> str:
+    """An --exec template whose stream passes through the lying filter."""
+    spec_file = tmp / f"hostile-{uuid.uuid4().hex[:6]}.json"
+    spec_file.write_text(json.dumps(spec))
+    filter_ = shlex.join([sys.executable, "-m", "tests.tunnel.hostile", str(spec_file), "--"])
+    return f"{filter_} {cluster.exec_template()}"
+
+
+def up(
+    bootstrap: str, template: str, tmp: Path, *args: str, prefix: list[str] | None = None
+) -> ManagedProcess:
+    argv = [
+        sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", bootstrap,
+        "--exec", template, "--no-table", *args,
+    ]  # fmt: skip
+    return ManagedProcess(
+        [*(prefix or []), *argv],
+        name="hostile-up",
+        env={"KAFKATUNNEL_STATE_DIR": str(tmp), "PYTHONPATH": str(ROOT)},
+    )
+
+
+def status(tmp: Path) -> dict[str, object]:
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "status", "--json"],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    state: dict[str, object] = json.loads(result.stdout)
+    return state
+
+
+def dns_answer(name: str, server: tuple[str, int]) -> DNSRecord:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(5)
+        sock.sendto(DNSRecord.question(name, "A").pack(), server)
+        return DNSRecord.parse(sock.recv(4096))
+
+
+def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    marker = tmp_path / "p"
+    spec = {"brokers": hostile_names(marker)}
+    port, dns_port = free_port_run(8), free_port()
+    tunnel = up(
+        cluster.mock[0].address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        "--listen", f"127.0.0.1:{port}", "--dns", "--dns-listen", f"127.0.0.1:{dns_port}",
+        "--dns-setup", "none",
+    )  # fmt: skip
+    try:
+        tunnel.wait_for_line(r"^broker 104: ", timeout=30)
+        bootstrap = f"127.0.0.1:{port}"
+
+        # what a client is told: refused brokers never resolve, the rest are tunnel ports
+        with ProbeConnection(bootstrap) as probe:
+            told = {node: (host, p) for node, host, p in probe.brokers()}
+        for node in (101, 102, 103):
+            assert told[node][0] == f"refused-broker-n{node}.kafkatunnel.invalid", told
+        host, broker_port = told[104]
+        assert host == "127.0.0.1"
+        socket.create_connection((host, broker_port), timeout=5).close()  # the tunnel's own
+
+        state = status(tmp_path)
+        refused = {r["node_id"]: r for r in state["refused"]}  # type: ignore[attr-defined]
+        assert sorted(refused) == [101, 102, 103]
+        assert "not a host name" in refused[101]["reason"]
+        assert state["refused_total"] == 3
+        [outside] = [e for e in state["endpoints"] if e["node_id"] == 104]  # type: ignore[attr-defined]
+        assert "not resolved: outside the cluster's zones" in outside["note"]
+        names = state["dns"]["names"]  # type: ignore[index]
+        assert not [n for n in names if "example" in n or "/" in n or "\n" in n], names
+        answer = dns_answer("login.example.com", ("127.0.0.1", dns_port))
+        assert answer.header.rcode == RCODE.REFUSED and not answer.rr
+
+        every_group_works(cluster, bootstrap, f"hostile-{uuid.uuid4().hex[:6]}")
+        refusals = [line for line in tunnel.lines if "refused broker" in line]
+        assert len(refusals) == 1 and "and 2 more" in refusals[0], refusals  # one line
+        assert not marker.exists()
+        assert not Path("/tmp/resolver-escape").exists()
+    finally:
+        tunnel.stop()
+
+
+def test_hostile_names_in_the_hosts_file_method(cluster: LocalCluster, tmp_path: Path) -> None:
+    """`up --dns --dns-setup hosts` in a namespace whose /etc/hosts is bind-mounted (as in
+    containers: rename() onto it fails): only the cluster's names are written, and the
+    file is byte for byte what it was once the tunnel stops."""
+    assert cluster.tansu is not None
+    spec = {"brokers": hostile_names(tmp_path / "p")}
+    with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
+        hosts_file = Path("/etc/netns") / laptop.name / "hosts"
+        before = hosts_file.read_bytes()
+        tunnel = up(
+            cluster.tansu.address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+            "--dns", "--dns-listen", "127.0.0.1:53", "--dns-setup", "hosts",
+            prefix=laptop.exec_prefix(),
+        )  # fmt: skip
+        try:
+            tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
+            during = hosts_file.read_text()
+            assert cluster.tansu.host in during
+            for bad in ("example", "evil", "6.6.6.6", "resolver-escape", "ProxyCommand"):
+                assert bad not in during, during
+            tunnel.stop()
+        finally:
+            tunnel.stop()
+        assert tunnel.popen.returncode == 0, tunnel.lines
+        assert hosts_file.read_bytes() == before
+
+
+def test_five_thousand_brokers_leave_the_tunnel_bounded(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The tunnel's own Metadata request is told of 5,000 more brokers: it serves at most
+    --max-brokers of them, its descriptors stay bounded, and clients keep working."""
+    spec = {"many": 5000, "client_id": "kafkatunnel"}
+    port = free_port_run(8)
+    tunnel = up(
+        cluster.mock[0].address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        "--listen", f"127.0.0.1:{port}", "--max-brokers", "40",
+    )  # fmt: skip
+    try:
+        tunnel.wait_for_line(r"^broker 3: ", timeout=60)
+        state = status(tmp_path)
+        assert len(state["endpoints"]) == 1 + 40  # type: ignore[arg-type]
+        assert state["refused_total"] == 5000 + 3 - 40
+        assert "more than 40 brokers" in state["refused"][0]["reason"]  # type: ignore[index]
+        descriptors = len(os.listdir(f"/proc/{tunnel.pid}/fd"))
+        assert descriptors < 40 + 30, descriptors
+        every_group_works(cluster, f"127.0.0.1:{port}", f"many-{uuid.uuid4().hex[:6]}")
+    finally:
+        tunnel.stop()
+
+
+def test_ssh_gets_a_hostile_name_as_one_word(tmp_path: Path) -> None:
+    """The real ssh (openssh-client) through an exec template: a name that used to add
+    `-oProxyCommand=...` runs no command, as the name is one word of `-W`."""
+    ssh = subprocess.run(["which", "ssh"], capture_output=True, text=True).stdout.strip()
+    if not ssh:
+        pytest.skip("openssh-client is not installed")
+    marker = tmp_path / "p"
+    forwarder = ExecForwarder("ssh -F /dev/null -o BatchMode=yes -W {host}:{port} bastion.invalid")
+    host = f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser="
+    argv = forwarder.argv(host, 9092)
+    assert argv[-2:] == [f"{host}:9092", "bastion.invalid"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert not marker.exists(), result.stderr
+
+
+def test_a_taken_port_is_never_handed_to_clients(cluster: LocalCluster) -> None:
+    """Broker 2's planned port is held by another program: it gets the next free one, and
+    clients are only ever told ports the tunnel holds."""
+    port = free_port_run(8)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port + 2))
+    holder.listen()
+    config = TunnelConfig(bootstrap=cluster.mock[0].address, listen_port=port, control=False)
+    try:
+        with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
+            with ProbeConnection(tunnel.bootstrap_servers) as probe:
+                told = {node: p for node, _, p in probe.brokers()}
+            assert port + 2 not in told.values(), told
+            held = {e.listen_port for e in tunnel.tunnel.registry.brokers.values()}
+            assert set(told.values()) == held
+            every_group_works(cluster, tunnel.bootstrap_servers, f"taken-{uuid.uuid4().hex[:6]}")
+    finally:
+        holder.close()
+
+
+def test_a_taken_pinned_port_is_an_error_at_start(cluster: LocalCluster, tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.mock[0].address,
+             "--exec", cluster.exec_template(), "--listen", f"127.0.0.1:{free_port_run(8)}",
+             "--broker-port", f"2={taken}", "--no-table"],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert result.returncode == 2
+    assert f"port {taken} on 127.0.0.1 is already in use by python (pid {os.getpid()})" in (
+        result.stderr
+    )
+    assert "--broker-port 2=PORT" in result.stderr
+
+
+def test_a_bug_on_one_connection_closes_that_connection_only(cluster: LocalCluster) -> None:
+    """An exception no input should cause (here: the address map failing once) ends the
+    connection it happened on, with a message that says it is a bug; the event loop and
+    every other connection go on."""
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False
+    )
+    with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
+        registry = tunnel.tunnel.registry
+        healthy = registry.map
+        with ProbeConnection(tunnel.bootstrap_servers) as bystander:  # opened before
+            bystander.api_versions()
+
+            def broken(address: object) -> tuple[str, int]:
+                registry.map = healthy  # type: ignore[method-assign]
+                raise RuntimeError("map failed")
+
+            registry.map = broken  # type: ignore[method-assign]
+            with (
+                pytest.raises((ConnectionError, OSError)),
+                ProbeConnection(tunnel.bootstrap_servers) as victim,
+            ):
+                victim.brokers()
+            assert bystander.brokers()  # the other connection still answers
+        [bootstrap] = [e for e in tunnel.status()["endpoints"] if e["node_id"] is None]
+        assert "internal error: RuntimeError: map failed" in bootstrap["last_error"]
+        assert "a kafkatunnel bug" in bootstrap["last_error"]
+        every_group_works(cluster, tunnel.bootstrap_servers, f"bug-{uuid.uuid4().hex[:6]}")
