@@ -143,6 +143,23 @@ class ClusterZones:
             return False
         return any(_within(name, zone) for zone in self.zones)
 
+    def refusal(self, names: Iterable[str], domains: Iterable[str]) -> str | None:
+        """Why this set of names and routing domains may not be handed to the machine's
+        resolver (None: it may). A name must be inside the zones, or a short form the
+        cluster's search path gives an inside name (`kafka-0.kafka-headless` for
+        `kafka-0.kafka-headless.shop.svc.cluster.local`); a domain must be inside the zones
+        or hold such a short form."""
+        names = [_normalize(check_host(n)) for n in names]
+        inside = [n for n in names if self.covers(n)]
+        short = [n for n in names if n not in inside and any(f.startswith(n + ".") for f in inside)]
+        for name in names:
+            if name not in inside and name not in short:
+                return f"{name!r} is outside the cluster's zones ({self})"
+        for domain in (_normalize(check_host(d)) for d in domains):
+            if not self.covers(domain) and not any(_within(s, domain) for s in short):
+                return f"domain {domain!r} is outside the cluster's zones ({self})"
+        return None
+
     def __str__(self) -> str:
         return ", ".join(sorted(self.zones))
 

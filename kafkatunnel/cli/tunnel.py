@@ -7,6 +7,7 @@ import contextlib
 import json
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine
@@ -33,10 +34,12 @@ from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.dns.resolver import METHODS, ResolverError
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
+from kafkatunnel.dns.server import bind_dns
 from kafkatunnel.files import private_dir
 from kafkatunnel.hostnames import ClusterZones, check_address
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
     DirectForwarder,
@@ -178,6 +181,12 @@ def up(
         return
     if bootstrap is not None:
         check_bootstrap(bootstrap)
+    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address, list(dns_zone))
+    given = []  # the names the user gave: their zones are the helper's to resolve
+    for address in [*([bootstrap] if bootstrap else []), *broker]:
+        with contextlib.suppress(ValueError):  # a bad --broker is reported below
+            given.append(split_address(address)[0])
+    privileges = shed_root(dns_options, given)  # under sudo: from here on, the user
     via = via or default_via(exec_template, mapping)
     kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
     forwarder = build_forwarder(via, exec_template, mapping, kube)
@@ -188,12 +197,11 @@ def up(
         )
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
-    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address, list(dns_zone))
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
     run_up(
         console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
         mode, dns_options, broker, record_options, zero_copy, start_timeout,
-        max_brokers=max_brokers, metrics_listen=metrics_listen,
+        max_brokers=max_brokers, metrics_listen=metrics_listen, privileges=privileges,
     )  # fmt: skip
 
 
@@ -224,6 +232,37 @@ class KubeOptions:
             error(str(cause))
             raise typer.Exit(2) from None
         return forwarder.default_bootstrap(self.kafka_port)
+
+
+@dataclass
+class Privileges:
+    """What root did before the tunnel runs as the user behind sudo."""
+
+    dns_sockets: tuple[socket.socket, socket.socket] | None = None
+    resolver: ResolverChannel | None = None  # None: the resolver is set up in-process
+
+
+def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
+    """Under sudo: bind the DNS shim's port, leave a root helper for the resolver set-up
+    when one is asked for, and go on as the invoking user. Otherwise: nothing."""
+    user = invoking_user()
+    if user is None:
+        return Privileges()
+    sockets = None
+    if dns.enabled:
+        try:
+            sockets = bind_dns(*parse_listen(dns.listen))
+        except OSError as cause:
+            error(str(cause))
+            raise typer.Exit(2) from None
+    if dns.enabled and dns.setup != "none":
+        try:
+            zones = ClusterZones.of(given, dns.zones)
+        except ValueError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--dns-zone") from None
+        return Privileges(sockets, split_privileges(user, zones, list(sockets or ())))
+    drop_to(user)
+    return Privileges(sockets)
 
 
 def default_via(exec_template: str | None, mappings: list[str]) -> str:
@@ -376,6 +415,7 @@ def run_up(
     *,
     max_brokers: int = DEFAULT_MAX_BROKERS,
     metrics_listen: str | None = None,
+    privileges: Privileges | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
@@ -422,12 +462,14 @@ def run_up(
             max_brokers=max_brokers,
             dns_zones=dns.zones,
             metrics_listen=parse_listen(metrics_listen) if metrics_listen else None,
+            dns_sockets=privileges.dns_sockets if privileges else None,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None
     run = loop_runner(loop)
     try:
-        run(_serve(console, Tunnel(config, forwarder), table, dns))
+        resolver = privileges.resolver if privileges and privileges.resolver else None
+        run(_serve(console, Tunnel(config, forwarder), table, dns, resolver))
     except Unreachable as cause:
         if cause.refused:  # the cause names the missing right and who can grant it
             error(f"cannot reach the bootstrap broker {bootstrap}: {cause}")
@@ -473,7 +515,17 @@ def loop_runner(loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
     return asyncio.run
 
 
-async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions) -> None:
+async def _serve(
+    console: Console,
+    tunnel: Tunnel,
+    table: bool,
+    dns: DnsOptions,
+    helper: ResolverChannel | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM. The resolver is set up here, or by the root `helper`
+    when sudo's root was shed (see kafkatunnel.privileges)."""
+    setup = helper.setup if helper is not None else resolver_setup
+    teardown = helper.teardown if helper is not None else resolver_teardown
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -487,7 +539,7 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
         if tunnel.dns is not None and dns.setup != "none":
             status = tunnel.status()["dns"]
             try:
-                plan = resolver_setup(
+                plan = setup(
                     method=dns.setup,
                     names=status["names"],
                     domains=status["zones"],
@@ -512,7 +564,7 @@ async def _serve(console: Console, tunnel: Tunnel, table: bool, dns: DnsOptions)
             await stop.wait()
     finally:
         if configured:
-            for step in resolver_teardown():
+            for step in teardown():
                 print(f"resolver: {step}", file=sys.stderr, flush=True)
         await tunnel.stop()
         print("tunnel closed", file=sys.stderr, flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 
@@ -18,11 +19,49 @@ from kafkatunnel.dns.names import Zone
 log = logging.getLogger("kafkatunnel.dns")
 
 
+def bind_dns(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """The shim's UDP and TCP sockets, bound now: port 53 needs root, which the process
+    that serves them may since have dropped."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    udp = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        udp.bind((host, port))
+    except OSError as error:
+        udp.close()
+        raise OSError(
+            error.errno,
+            f"cannot serve DNS on {host}:{port} (udp): {error.strerror}; "
+            "port 53 needs root (or CAP_NET_BIND_SERVICE), or choose --dns-listen",
+        ) from None
+    tcp = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind((host, udp.getsockname()[1]))
+        tcp.listen(64)
+    except OSError as error:
+        udp.close()
+        tcp.close()
+        raise OSError(
+            error.errno, f"cannot serve DNS on {host}:{port} (tcp): {error.strerror}"
+        ) from None
+    udp.setblocking(False)
+    tcp.setblocking(False)
+    return udp, tcp
+
+
 class DnsServer:
-    def __init__(self, zone: Zone, host: str = "127.0.0.1", port: int = 53) -> None:
+    def __init__(
+        self,
+        zone: Zone,
+        host: str = "127.0.0.1",
+        port: int = 53,
+        sockets: tuple[socket.socket, socket.socket] | None = None,
+    ) -> None:
+        """sockets: bound already (bind_dns), e.g. while the process was still root."""
         self.zone = zone
         self.host = host
         self.port = port
+        self.sockets = sockets
         self.answered = 0
         self.dropped = 0
         self.bad_packets = 0  # malformed, or not a query we serve
@@ -32,16 +71,13 @@ class DnsServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        try:
-            self._udp = await asyncio_dgram.bind((self.host, self.port))
-        except OSError as error:
-            raise OSError(
-                error.errno,
-                f"cannot serve DNS on {self.host}:{self.port} (udp): {error.strerror}; "
-                "port 53 needs root (or CAP_NET_BIND_SERVICE), or choose --dns-listen",
-            ) from None
-        self.port = self._udp.sockname[1]
-        self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+        udp, tcp = self.sockets or bind_dns(self.host, self.port)
+        self.sockets = None
+        server = await asyncio_dgram.from_socket(udp)  # unconnected: a server
+        assert isinstance(server, asyncio_dgram.aio.DatagramServer)
+        self._udp = server
+        self.port = udp.getsockname()[1]
+        self._tcp = await asyncio.start_server(self._serve_tcp, sock=tcp)
         self._task = asyncio.get_running_loop().create_task(self._serve_udp())
 
     async def stop(self) -> None:

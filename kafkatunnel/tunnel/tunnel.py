@@ -61,6 +61,7 @@ class TunnelConfig:
     discover_at_start: bool = True  # off: brokers are learned only from clients' traffic
     mode: str = "rewrite"  # or "transparent": bytes pass untouched (TLS, SASL end to end)
     dns_listen: tuple[str, int] | None = None  # serve the brokers' names here
+    dns_sockets: tuple[socket.socket, socket.socket] | None = None  # bound already (root)
     first_dns_address: str = "127.0.0.2"  # broker i gets this address + i
     brokers: list[str] = field(default_factory=list)  # advertised HOST:PORT known up front
     record_dir: Path | None = None  # write pcapng recordings here
@@ -112,7 +113,7 @@ class Tunnel:
         self.zone = Zone()
         self.dns: DnsServer | None = None
         if config.dns_listen is not None:
-            self.dns = DnsServer(self.zone, *config.dns_listen)
+            self.dns = DnsServer(self.zone, *config.dns_listen, sockets=config.dns_sockets)
         self.caps = rewrite_caps()
         self.connections: set[ClientConnection] = set()
         self.servers: list[Acceptor] = []

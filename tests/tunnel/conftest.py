@@ -18,11 +18,11 @@ def make_tunnel(cluster: LocalCluster) -> Iterator[MakeTunnel]:
     started: list[BackgroundTunnel] = []
 
     def make(bootstrap: str | None = None, **options: object) -> BackgroundTunnel:
+        settings: dict[str, object] = {"control": False, **options}
         config = TunnelConfig(
             bootstrap=bootstrap or cluster.mock[0].address,
             listen_port=free_port_run(8),
-            control=False,
-            **options,  # type: ignore[arg-type]
+            **settings,  # type: ignore[arg-type]
         )
         tunnel = BackgroundTunnel(config, ExecForwarder(cluster.exec_template())).start()
         started.append(tunnel)

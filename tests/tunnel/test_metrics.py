@@ -4,9 +4,15 @@ rewritten answers, forward restarts, and coordinator errors seen (NOT_COORDINATO
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 import uuid
+from pathlib import Path
 
-from kafkatunnel.localcluster import LocalCluster
+import pytest
+from pytest import MonkeyPatch
+
+from kafkatunnel.localcluster import LocalCluster, free_port
 from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection, find_coordinator
 from tests.tunnel.conftest import MakeTunnel
@@ -54,3 +60,23 @@ def test_metrics_count_apis_rewrites_and_not_coordinator(
     assert _total(samples, "kafkatunnel_coordinator_errors_total", error="NOT_COORDINATOR") == 1
     assert _total(samples, "kafkatunnel_forward_restarts_total") == 0
     assert _total(samples, "kafkatunnel_connections_total") >= 4
+
+
+def test_metrics_over_tcp_only_when_asked(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
+    """By default nothing but the owner's control socket serves status and metrics; with
+    metrics_listen (--metrics-listen) Prometheus scrapes /metrics over TCP, and only that:
+    /status (brokers, errors, recording paths) stays on the socket."""
+    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(tmp_path))
+    quiet = make_tunnel(control=True)
+    assert quiet.status()["metrics"] is None
+    assert quiet.status()["control"].startswith("unix:")
+    port = free_port()
+    scraped = make_tunnel(control=True, metrics_listen=("127.0.0.1", port))
+    assert scraped.status()["metrics"] == f"127.0.0.1:{port}"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        assert b"kafkatunnel_connections_total" in answer.read()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
+    assert refused.value.code == 404

@@ -1,0 +1,195 @@
+"""Root for as long as it is needed, and not a moment longer.
+
+`sudo kafkatunnel up --dns` needs root for two things: binding port 53, and pointing the
+machine's resolver at the shim (and undoing it). Everything else, the part that reads what
+the cluster sends, runs as the user who typed sudo:
+
+    root (SUDO_UID/SUDO_GID set)
+      binds the DNS port -> forks --+-- the child drops to the user (groups, gid, uid),
+      |                             |   runs the tunnel, asks for the resolver set-up once
+      |                             |   its brokers are known
+      +-- the parent: does nothing but that set-up and its teardown, for names it checks
+          again (host names, inside the cluster's zones), and undoes it when the child ends
+
+The two talk over a socketpair, one JSON line each way per request: the parent trusts the
+child no more than the cluster (it reads what brokers say), so it re-checks every name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafkatunnel.dns.resolver import Plan, ResolverError, setup, teardown
+from kafkatunnel.hostnames import ClusterZones, UntrustedName
+
+
+@dataclass(frozen=True)
+class User:
+    """Whom sudo was run by."""
+
+    uid: int
+    gid: int
+    name: str
+    home: str
+
+
+def invoking_user(environ: dict[str, str] | None = None) -> User | None:
+    """The user behind `sudo` when we run as root through it, else None."""
+    env = os.environ if environ is None else environ
+    uid, gid = env.get("SUDO_UID", ""), env.get("SUDO_GID", "")
+    if os.geteuid() != 0 or not uid.isdigit() or not gid.isdigit() or int(uid) == 0:
+        return None
+    try:
+        entry = pwd.getpwuid(int(uid))
+    except KeyError:
+        return User(int(uid), int(gid), env.get("SUDO_USER", uid), "/")
+    return User(int(uid), int(gid), entry.pw_name, entry.pw_dir)
+
+
+def drop_to(user: User) -> None:
+    """Become `user` for good (supplementary groups, gid, then uid), with the environment
+    a login of theirs would have for what we use of it: HOME (kubeconfig), the runtime
+    directory (state files). Raises if root could be regained."""
+    os.setgroups(os.getgrouplist(user.name, user.gid) if user.name else [user.gid])
+    os.setgid(user.gid)
+    os.setuid(user.uid)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        pass
+    else:
+        raise RuntimeError("dropping root failed: setuid(0) still works")
+    os.environ.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    runtime = Path(f"/run/user/{user.uid}")
+    if runtime.is_dir() and runtime.stat().st_uid == user.uid:
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    else:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    with contextlib.suppress(OSError):
+        os.chdir(os.getcwd())  # fails if the user may not be here: then stay anyway
+
+
+class ResolverChannel:
+    """The child's side: asks the root parent to set up (and tear down) the resolver."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.file = sock.makefile("rw", encoding="utf-8")
+
+    def setup(self, *, method: str, names: dict[str, str], domains: list[str],
+              server: tuple[str, int]) -> Plan:  # fmt: skip
+        answer = self._ask({"setup": {"method": method, "names": names, "domains": domains,
+                                      "server": list(server)}})  # fmt: skip
+        return Plan(answer["method"], answer["steps"], answer["notes"])
+
+    def teardown(self) -> list[str]:
+        """Undo the set-up (the parent also does, should this process die first)."""
+        steps: list[str] = self._ask({"teardown": True})["steps"]
+        return steps
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.file.write(json.dumps(request) + "\n")
+        self.file.flush()
+        line = self.file.readline()
+        if not line:
+            raise ResolverError("the privileged helper is gone")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise ResolverError(answer["error"])
+        return answer
+
+
+def split_privileges(
+    user: User, zones: ClusterZones, childs: list[socket.socket] | None = None
+) -> ResolverChannel:
+    """Fork. The child returns, as `user`, with the channel to the parent. The parent
+    (root) serves resolver requests until the child ends, undoes them, and exits with the
+    child's status: it never returns. `childs`: sockets only the child keeps."""
+    parent_end, child_end = socket.socketpair()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        parent_end.close()
+        drop_to(user)
+        return ResolverChannel(child_end)
+    child_end.close()
+    for sock in childs or []:
+        sock.close()
+    _root_state_dir()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda number, _: _forward(pid, number))
+    configured = False
+    try:
+        with parent_end.makefile("rw", encoding="utf-8") as channel:
+            for line in channel:
+                answer, done = _serve(line, zones)
+                configured = (configured or done == "setup") and done != "teardown"
+                channel.write(json.dumps(answer) + "\n")
+                channel.flush()
+    except (OSError, ValueError):
+        pass  # the child went away mid-line: undo what it asked for, below
+    finally:
+        if configured:
+            for step in teardown():
+                print(f"resolver: {step}", file=sys.stderr, flush=True)
+        status = _wait(pid)
+    os._exit(status)
+
+
+def _root_state_dir() -> None:
+    """The helper's resolver journal goes where root's own commands look for it (`sudo
+    kafkatunnel dns teardown` after a crash), never into a directory of the user's."""
+    explicit = os.environ.get("KAFKATUNNEL_STATE_DIR")
+    with contextlib.suppress(OSError):
+        if explicit and Path(explicit).stat().st_uid == 0:
+            return
+    os.environ.pop("XDG_RUNTIME_DIR", None)
+    os.environ["KAFKATUNNEL_STATE_DIR"] = str(Path(pwd.getpwuid(0).pw_dir) / ".kafkatunnel" / "run")
+
+
+def _forward(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
+        return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _serve(line: str, zones: ClusterZones) -> tuple[dict[str, Any], str | None]:
+    """One request from the child: (the answer, what was done)."""
+    try:
+        request = json.loads(line)
+        if request.get("teardown"):
+            return {"steps": teardown()}, "teardown"
+        asked = request["setup"]
+        names = {str(k): str(v) for k, v in dict(asked["names"]).items()}
+        domains = [str(d) for d in asked["domains"]]
+        why = zones.refusal(names, domains)
+        if why is not None:
+            raise UntrustedName(why)
+        host, port = asked["server"]
+        plan = setup(method=str(asked["method"]), names=names, domains=domains,
+                     server=(str(host), int(port)))  # fmt: skip
+    except (ResolverError, UntrustedName, OSError, RuntimeError) as error:
+        return {"error": str(error)}, None
+    except (ValueError, KeyError, TypeError) as error:
+        return {"error": f"a request the helper does not understand: {error}"}, None
+    return {"method": plan.method, "steps": plan.steps, "notes": plan.notes}, "setup"

@@ -1,0 +1,129 @@
+"""`sudo kafkatunnel up --dns`: root binds port 53 and sets up the resolver; the tunnel,
+which reads what the cluster sends, runs as the user who typed sudo.
+
+sudo is played by its environment (SUDO_UID, SUDO_GID, SUDO_USER of `nobody`) on a root
+process, which is what sudo hands the command. The laptop is a network namespace whose
+/etc/hosts is bind-mounted (`ip netns exec`), so the hosts method can run for real."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
+from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays sudo: needs root")
+
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The first directory on `path` that other users may not traverse (/root, where a
+    pyenv Python may live), or None."""
+    for parent in reversed(path.parents):
+        if parent != Path("/") and not os.stat(parent).st_mode & 0o001:
+            return parent
+    return None
+
+
+@pytest.fixture
+def readable_python() -> Iterator[list[str]]:
+    """An argv prefix under which `nobody` can run this interpreter: in a mount namespace
+    of its own, the directory that hides it is covered by a traversable one holding only
+    the interpreter's tree (the machine itself is not changed)."""
+    interpreter = Path(os.path.realpath(sys.executable))
+    blocked = _blocking_ancestor(interpreter)
+    if blocked is None:
+        yield []
+        return
+    inner = blocked / interpreter.relative_to(blocked).parts[0]
+    shadow = Path(tempfile.mkdtemp(prefix="kt-shadow-"))
+    os.chmod(shadow, 0o711)
+    (shadow / inner.name).mkdir(mode=0o755)
+    script = (
+        f'mount --bind "$1" "$2/{inner.name}" && mount --rbind "$2" "$3" && shift 3 && exec "$@"'
+    )
+    yield ["unshare", "-m", "sh", "-c", script, "sh", str(inner), str(shadow), str(blocked)]
+    shutil.rmtree(shadow, ignore_errors=True)
+
+
+def _uid(pid: int) -> int:
+    line = next(
+        x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:")
+    )
+    return int(line.split()[2])  # effective
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
+    cluster: LocalCluster, readable_python: list[str]
+) -> None:
+    assert cluster.tansu is not None
+    nobody = pwd.getpwnam("nobody")
+    state = Path(tempfile.mkdtemp(prefix="kt-sudo-state-"))
+    os.chown(state, nobody.pw_uid, nobody.pw_gid)
+    sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
+            "SUDO_USER": "nobody", "KAFKATUNNEL_STATE_DIR": str(state)}  # fmt: skip
+    try:
+        with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
+            hosts_file = Path("/etc/netns") / laptop.name / "hosts"
+            before = hosts_file.read_bytes()
+            up = [
+                sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.tansu.address,
+                "--broker", cluster.tansu.address, "--exec", "socat STDIO TCP:{host}:{port}",
+                "--start-timeout", "0", "--dns", "--dns-listen", "127.0.0.1:53",
+                "--dns-setup", "hosts", "--no-table",
+            ]  # fmt: skip
+            tunnel = ManagedProcess(
+                [*readable_python, *laptop.exec_prefix(), *up], name="sudo-up", env=sudo
+            )
+            try:
+                tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
+                assert TANSU_HOST in hosts_file.read_text()
+                # root waits, the tunnel (its child) is nobody's, and port 53 serves
+                root = next(
+                    p for p in [tunnel.pid, *_children(tunnel.pid)] if _cmd(p).startswith("python")
+                )
+                [child] = wait_for(lambda: _children(root), timeout=10, what="the tunnel")
+                assert _uid(root) == 0 and _uid(child) == nobody.pw_uid
+                answer = subprocess.run(
+                    [*laptop.exec_prefix(), "dig", "+short", "@127.0.0.1", TANSU_HOST],
+                    capture_output=True, text=True, timeout=30,
+                )  # fmt: skip
+                assert re.fullmatch(r"127\.0\.0\.\d+\n", answer.stdout), answer
+                os.kill(child, signal.SIGTERM)  # as `kafkatunnel down` by the user does
+                assert tunnel.popen.wait(timeout=20) == 0, tunnel.output()
+            finally:
+                tunnel.stop()
+            assert "resolver: remove the managed block" in tunnel.output()
+            assert hosts_file.read_bytes() == before
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
