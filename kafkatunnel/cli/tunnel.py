@@ -53,6 +53,7 @@ from kafkatunnel.tunnel import (
 )
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
+from kafkatunnel.tunnel.tunnel import DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.view import status_table
 
 START_TIMEOUT = 15.0
@@ -131,6 +132,11 @@ def up(
         help="Also resolve brokers' names in this zone (repeatable; the bootstrap's, "
         "--broker's and cluster.local are resolved already).",
     ),
+    max_connections: int = typer.Option(
+        DEFAULT_MAX_CONNECTIONS,
+        metavar="COUNT",
+        help="Client connections held at once; past this, new ones are closed at accept.",
+    ),
     metrics_listen: str | None = typer.Option(
         None,
         metavar="HOST:PORT",
@@ -201,7 +207,8 @@ def up(
     run_up(
         console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
         mode, dns_options, broker, record_options, zero_copy, start_timeout,
-        max_brokers=max_brokers, metrics_listen=metrics_listen, privileges=privileges,
+        max_brokers=max_brokers, max_connections=max_connections,
+        metrics_listen=metrics_listen, privileges=privileges,
     )  # fmt: skip
 
 
@@ -414,6 +421,7 @@ def run_up(
     start_timeout: float | None = START_TIMEOUT,
     *,
     max_brokers: int = DEFAULT_MAX_BROKERS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     metrics_listen: str | None = None,
     privileges: Privileges | None = None,
 ) -> None:
@@ -439,6 +447,8 @@ def run_up(
             raise typer.BadParameter(str(cause), param_hint="--dns-zone") from None
     if max_brokers < 1:
         raise typer.BadParameter("must be 1 or more", param_hint="--max-brokers")
+    if max_connections < 1:
+        raise typer.BadParameter("must be 1 or more", param_hint="--max-connections")
     if dns.setup not in ("none", *METHODS):
         raise typer.BadParameter(
             f"{dns.setup!r} is not one of none, {', '.join(METHODS)}", param_hint="--dns-setup"
@@ -460,6 +470,7 @@ def run_up(
             zero_copy=zero_copy,
             start_timeout=start_timeout or None,
             max_brokers=max_brokers,
+            max_connections=max_connections,
             dns_zones=dns.zones,
             metrics_listen=parse_listen(metrics_listen) if metrics_listen else None,
             dns_sockets=privileges.dns_sockets if privileges else None,

@@ -8,13 +8,12 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
-from collections.abc import Callable
 
 import asyncio_dgram
 
 from kafkatunnel.dns.answer import Reply, respond
 from kafkatunnel.dns.names import Zone
+from kafkatunnel.ratelimit import RateLimitedLog
 
 log = logging.getLogger("kafkatunnel.dns")
 
@@ -65,7 +64,9 @@ class DnsServer:
         self.answered = 0
         self.dropped = 0
         self.bad_packets = 0  # malformed, or not a query we serve
-        self._bad_log = RateLimitedLog()
+        self._bad_log = RateLimitedLog(
+            log, "DNS: %d bad packet(s) answered FORMERR/NOTIMP or dropped%s; last: %s"
+        )
         self._udp: asyncio_dgram.DatagramServer | None = None
         self._tcp: asyncio.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -136,28 +137,3 @@ class DnsServer:
         else:
             self.answered += 1
         return reply.packet
-
-
-class RateLimitedLog:
-    """Bad packets are counted, and logged at most once per `interval` seconds with how
-    many came and the last reason: a flood of garbage must not become a flood of log."""
-
-    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self.interval = interval
-        self.clock = clock
-        self._last: float | None = None
-        self._unlogged = 0
-
-    def note(self, problem: str) -> None:
-        self._unlogged += 1
-        now = self.clock()
-        if self._last is not None and now - self._last < self.interval:
-            return
-        log.warning(
-            "DNS: %d bad packet(s) answered FORMERR/NOTIMP or dropped%s; last: %s",
-            self._unlogged,
-            "" if self._last is None else f" in {now - self._last:.0f}s",
-            problem,
-        )
-        self._last = now
-        self._unlogged = 0

@@ -33,6 +33,7 @@ from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kafkatunnel.protocol.passage import Exchange, Pipe
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
+from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
@@ -43,6 +44,9 @@ from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, End
 
 log = logging.getLogger("kafkatunnel.tunnel")
 PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
+# Each client connection holds two descriptors, up to a frame's worth of memory and, with
+# --via exec, a process: past this many at once, new ones are closed at accept.
+DEFAULT_MAX_CONNECTIONS = 1024
 
 MODES = ("rewrite", "transparent")
 
@@ -70,6 +74,7 @@ class TunnelConfig:
     zero_copy: bool = True  # splice bytes that pass unread (Linux); off: read every byte
     start_timeout: float | None = None  # wait this long for the bootstrap broker to answer
     max_brokers: int = DEFAULT_MAX_BROKERS  # brokers learned past this are refused
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # client connections held at once
     dns_zones: list[str] = field(default_factory=list)  # resolved besides the derived zones
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
@@ -82,6 +87,8 @@ class TunnelConfig:
             )
         if self.max_brokers < 1:
             raise ValueError(f"max_brokers must be 1 or more, not {self.max_brokers}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be 1 or more, not {self.max_connections}")
         check_address(*split_address(self.bootstrap))
         for broker in self.brokers:
             check_address(*split_address(broker))
@@ -125,6 +132,8 @@ class Tunnel:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.recorder: Recorder | None = None
         self._claimed: dict[int, socket.socket] = {}  # pinned broker ports, bound at start
+        self.turned_away = 0  # connections closed at accept: too many open
+        self._full_log = RateLimitedLog(log, "%d client connection(s) closed at accept%s: %s")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -264,7 +273,7 @@ class Tunnel:
     # -- listeners --------------------------------------------------------------------------
 
     async def _serve(self, sock: socket.socket, endpoint: Endpoint) -> None:
-        acceptor = Acceptor(sock, lambda conn: self._connection(endpoint).start(conn))
+        acceptor = Acceptor(sock, lambda conn: self._accepted(endpoint, conn))
         acceptor.start()
         self.servers.append(acceptor)
         endpoint.state = "listening"
@@ -350,6 +359,17 @@ class Tunnel:
         self.registry.unlisten(endpoint)
         log.error("broker %s: %s", endpoint.node_id, why)
 
+    def _accepted(self, endpoint: Endpoint, sock: socket.socket) -> None:
+        if len(self.connections) >= self.config.max_connections:
+            sock.close()
+            self.turned_away += 1
+            self._full_log.note(
+                f"{self.config.max_connections} client connections are open: new ones are "
+                "closed at once (raise --max-connections, or find the client that leaks them)"
+            )
+            return
+        self._connection(endpoint).start(sock)
+
     def _connection(self, endpoint: Endpoint) -> ClientConnection:
         connection = ClientConnection(
             endpoint,
@@ -419,6 +439,7 @@ class Tunnel:
             # brokers the cluster named that get no listener: bad names, or past the limit
             "refused": [r.as_dict() for r in self.registry.refusals.values()],
             "refused_total": self.registry.refused_total,
+            "turned_away": self.turned_away,
             "recording": None
             if self.recorder is None
             else {

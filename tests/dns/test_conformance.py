@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from kafkatunnel.dns import Zone, broker_name
 from kafkatunnel.dns.answer import EDNS_UDP_SIZE, NEGATIVE_TTL, answer, respond
-from kafkatunnel.dns.server import DnsServer, RateLimitedLog
+from kafkatunnel.dns.server import DnsServer
+from kafkatunnel.ratelimit import RateLimitedLog
 
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 EMPTY_NON_TERMINALS = [
@@ -250,7 +251,12 @@ def test_a_flood_of_bad_packets_is_counted_not_logged(shim: DnsServer, tmp_path:
 
 def test_the_log_says_how_many_came_between_lines() -> None:
     now = [0.0]
-    limited = RateLimitedLog(interval=10, clock=lambda: now[0])
+    limited = RateLimitedLog(
+        logging.getLogger("kafkatunnel.dns"),
+        "DNS: %d bad packet(s) answered FORMERR/NOTIMP or dropped%s; last: %s",
+        interval=10,
+        clock=lambda: now[0],
+    )
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]

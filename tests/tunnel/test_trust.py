@@ -25,6 +25,7 @@ from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.waiting import wait_for
 from tests.kube.faults import every_group_works
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,3 +262,58 @@ def test_a_bug_on_one_connection_closes_that_connection_only(cluster: LocalClust
         assert "internal error: RuntimeError: map failed" in bootstrap["last_error"]
         assert "a kafkatunnel bug" in bootstrap["last_error"]
         every_group_works(cluster, tunnel.bootstrap_servers, f"bug-{uuid.uuid4().hex[:6]}")
+
+
+def test_connections_past_the_limit_are_closed_at_accept(cluster: LocalCluster) -> None:
+    """Each connection costs descriptors and, with --via exec, a process: past
+    --max-connections new ones are closed at once, counted, and the open ones go on."""
+    port = free_port_run(8)
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=port, control=False, max_connections=2
+    )
+    with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
+        with (
+            ProbeConnection(tunnel.bootstrap_servers) as first,
+            ProbeConnection(tunnel.bootstrap_servers) as second,
+        ):
+            first.api_versions()
+            second.api_versions()
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as third:
+                assert third.recv(1) == b""  # closed by the tunnel, not left hanging
+            assert tunnel.status()["turned_away"] == 1
+            assert first.brokers() and second.brokers()
+        wait_for(lambda: not tunnel.tunnel.connections, timeout=10, what="connections closed")
+        with ProbeConnection(tunnel.bootstrap_servers) as again:  # room again
+            assert again.brokers()
+
+
+def test_hostile_names_in_transparent_mode(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Transparent mode learns brokers with its own plaintext request: refused names get
+    nothing, a good name outside the zones gets no listener (it could only be reached by
+    its name), and the cluster's own name resolves through the shim and serves."""
+    assert cluster.tansu is not None
+    spec = {"brokers": hostile_names(tmp_path / "p")}
+    dns_port = free_port()
+    tunnel = up(
+        cluster.tansu.address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        "--mode", "transparent", "--dns", "--dns-listen", f"127.0.0.1:{dns_port}",
+        "--dns-setup", "none", "--dns-first-address", "127.0.0.40",
+    )  # fmt: skip
+    try:
+        tunnel.wait_for_line(r"^broker 104: ", timeout=30)
+        state = status(tmp_path)
+        assert sorted(r["node_id"] for r in state["refused"]) == [101, 102, 103]  # type: ignore[attr-defined]
+        by_node = {e["node_id"]: e for e in state["endpoints"]}  # type: ignore[attr-defined]
+        assert by_node[104]["state"] == "not resolved"
+        names = state["dns"]["names"]  # type: ignore[index]
+        assert cluster.tansu.host in names
+        assert not [n for n in names if "example" in n or "/" in n or "\n" in n], names
+        answer = dns_answer(cluster.tansu.host, ("127.0.0.1", dns_port))
+        address = str(answer.rr[0].rdata)
+        with ProbeConnection(f"{address}:{cluster.tansu.port}") as probe:  # through the tunnel
+            assert probe.api_versions()
+        assert (
+            dns_answer("login.example.com", ("127.0.0.1", dns_port)).header.rcode == RCODE.REFUSED
+        )
+    finally:
+        tunnel.stop()
