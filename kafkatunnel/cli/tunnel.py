@@ -586,7 +586,9 @@ def endpoint_line(endpoint: Endpoint, transparent: bool) -> str:
     where the broker's name leads (clients given a name reach the broker there too)."""
     node = "bootstrap" if endpoint.node_id is None else f"broker {endpoint.node_id}"
     line = f"{node}: {endpoint.local} -> {endpoint.advertised}"
-    if endpoint.dns_address is not None and not transparent:
+    if endpoint.note is not None:
+        line += f" ({endpoint.note})"
+    elif endpoint.dns_address is not None and not transparent:
         line += f" (name: {endpoint.dns_address}:{endpoint.advertised_port})"
     return line
 
