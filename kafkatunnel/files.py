@@ -62,18 +62,12 @@ def create_private(path: Path) -> int:
 
 def write_whole(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
     """Replace `path` with `data` in one rename (a temporary file beside it first)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    temporary = _written_beside(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
+    finally:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        raise
 
 
 def replace_system_file(path: Path, data: bytes) -> None:
@@ -81,21 +75,15 @@ def replace_system_file(path: Path, data: bytes) -> None:
     rename when possible; in place where the file is a mount point of its own (containers
     bind-mount /etc/hosts, and rename() onto it fails with EBUSY)."""
     info = os.stat(path)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.kafkatunnel.")
+    temporary = _written_beside(path, data, stat.S_IMODE(info.st_mode))
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, stat.S_IMODE(info.st_mode))
         with contextlib.suppress(PermissionError):  # only root may give it away
             os.chown(temporary, info.st_uid, info.st_gid)
-        try:
-            os.replace(temporary, path)
-            return
-        except OSError as error:
-            if error.errno not in (errno.EBUSY, errno.EXDEV):
-                raise
+        os.replace(temporary, path)
+        return
+    except OSError as error:
+        if error.errno not in (errno.EBUSY, errno.EXDEV):
+            raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
@@ -104,6 +92,22 @@ def replace_system_file(path: Path, data: bytes) -> None:
         out.truncate()
         out.flush()
         os.fsync(out.fileno())
+
+
+def _written_beside(path: Path, data: bytes, mode: int) -> str:
+    """A temporary file next to `path` holding `data`, on disk, with `mode`."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.kafkatunnel.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return temporary
 
 
 def inside(directory: Path, name: str) -> Path:
