@@ -236,3 +236,23 @@ def test_kio_writer_is_the_encoder_in_use() -> None:
         + b"\x00\x00\x00\x07"
         + b"\x00\x00\x00\x00"
     )
+
+
+def test_a_metadata_answer_is_read_only_up_to_its_brokers() -> None:
+    """The cost of a rewrite follows the brokers, not the partitions: an answer cut right
+    after its broker list (its topics never sent) rewrites the same, so nothing after the
+    brokers was read. A cluster cannot make the tunnel walk a million partitions."""
+    brokers = tuple(
+        MetadataResponseBroker(node_id=n, host=f"kafka-{n}.example", port=9092, rack=None)  # type: ignore[arg-type]
+        for n in range(1, 4)
+    )
+    message = MetadataResponse(
+        throttle_time=NO_THROTTLE, brokers=brokers, cluster_id="c", controller_id=1,  # type: ignore[arg-type]
+        topics=(),
+    )  # fmt: skip
+    whole = encode(message)
+    rest = encode(dataclasses.replace(message, brokers=()))[4 + 1 :]  # after brokers: same
+    assert whole.endswith(rest)
+    cut = response_frame(3, 12, whole[: len(whole) - len(rest)])
+    result = rewrite_response(cut, 3, 12, tunnel_mapper)
+    assert [a.node_id for a in result.seen] == [1, 2, 3] and result.changed
