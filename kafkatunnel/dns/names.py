@@ -80,10 +80,6 @@ class Zone:
     def lookup(self, name: str) -> str | None:
         return self._addresses.get(normalize(name))
 
-    def contains(self, name: str) -> bool:
-        """Whether `name` is inside the zone (so unknown means NXDOMAIN, not REFUSED)."""
-        return self.apex_of(name) is not None
-
     def apex_of(self, name: str) -> str | None:
         """The apex of the zone `name` is in (the closest enclosing one), or None."""
         key = normalize(name)

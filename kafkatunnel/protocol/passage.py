@@ -76,7 +76,6 @@ class ExchangeStats:
     requests: dict[int, int] = field(default_factory=dict)  # per API key
     responses: int = 0
     rewritten: int = 0
-    capped: int = 0
     errors: dict[int, int] = field(default_factory=dict)  # coordinator answers' error codes
 
 
@@ -440,13 +439,11 @@ class _Responses(_Splitter):
         if self.records_only:
             plan = carrying_records(request.api_key, request.api_version, response=True)
             if plan is not None:  # a Fetch answer that names no broker: records pass unread
-                self.exchange.on_response(request, None)
                 header_tags = response_header_version(request.api_key, request.api_version) == 1
                 steps = walk(plan, header_tags=header_tags, tail=False)
                 return self.walking(steps, RESPONSE_WALK_START, plan.flexible, lenient=True)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, head)
-        self.exchange.on_response(request, None)
         return True
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -456,16 +453,13 @@ class _Responses(_Splitter):
         out = self.exchange.transform_response(request, whole)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, out)
-        self.exchange.on_response(request, out)
         return out
 
     def on_tail(self, tail: bytes) -> bytes:
         request, plan = self._current, self._plan
         assert request is not None and plan is not None
         self._current = self._plan = None
-        out = self.exchange.transform_tail(plan, tail)
-        self.exchange.on_response(request, None)
-        return out
+        return self.exchange.transform_tail(plan, tail)
 
 
 class Exchange:
@@ -479,7 +473,6 @@ class Exchange:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
-        on_response: Callable[[InFlight, bytes | None], None] | None = None,
         on_request: Callable[[RequestHeader], None] | None = None,
         records_only: bool = False,
     ) -> None:
@@ -490,7 +483,6 @@ class Exchange:
         self.tracker = CorrelationTracker()
         self.stats = ExchangeStats()
         self._learn = learn
-        self._on_response = on_response
         self._on_request = on_request
         self._requests = _Requests(self, max_frame_size, records_only)
         self._responses = _Responses(self, max_frame_size, records_only)
@@ -516,9 +508,7 @@ class Exchange:
 
     def transform_response(self, request: InFlight, whole: bytes) -> bytes:
         if request.api_key == API_VERSIONS:
-            capped = cap_api_versions(whole, request.api_version, self.caps)
-            self.stats.capped += capped is not whole
-            return capped
+            return cap_api_versions(whole, request.api_version, self.caps)
         key, version = request.api_key, request.api_version
         result = self._rewrite(
             lambda mapper: rewrite_response(whole, key, version, mapper),
@@ -554,10 +544,6 @@ class Exchange:
         code = top_level_error(head, request.api_key, request.api_version)
         if code:
             self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
-
-    def on_response(self, request: InFlight, whole: bytes | None) -> None:
-        if self._on_response is not None:
-            self._on_response(request, whole)
 
 
 class Direction(Protocol):

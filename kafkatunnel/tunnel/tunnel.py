@@ -534,22 +534,10 @@ def _node(endpoint: Endpoint) -> int:
     return endpoint.node_id if endpoint.node_id is not None else -1
 
 
-async def wait_for_brokers(tunnel: Tunnel, count: int, timeout: float) -> None:
-    """Until `count` broker listeners accept connections (for callers that must know)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready = [e for e in tunnel.registry.brokers.values() if e.state == "listening"]
-        if len(ready) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError(f"only {len(tunnel.registry.brokers)} of {count} brokers appeared")
-
-
 __all__ = [
     "BrokerAddress",
     "PortInUse",
     "Tunnel",
     "TunnelConfig",
     "Unreachable",
-    "wait_for_brokers",
 ]

@@ -20,13 +20,17 @@ from tests.tunnel.conftest import MakeTunnel
 
 
 def _closed_by_peer(sock: socket.socket, within: float) -> bool:
+    """Whether the peer closed the connection (an end or a reset) within `within` seconds;
+    False if it is still open then."""
     sock.settimeout(within)
     try:
         while sock.recv(4096):
             pass
     except ConnectionResetError:
         return True
-    return True  # recv returned b"": closed (a timeout raises instead)
+    except TimeoutError:
+        return False
+    return True  # recv returned b"": closed
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def test_verify_runs_on_a_standalone_cluster(
     assert out.returncode == code, out.stdout + out.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["ok"] is (code == 0)
-    assert report["files"] == len(list(path.iterdir())) if path.is_dir() else 1
+    assert report["files"] == (len(list(path.iterdir())) if path.is_dir() else 1)
     assert len([g for g in report["groups"] if g["kind"] == "group"]) == 6
     # Spark's own chatter is kept out of the report, in a log file the report names
     log = re.search(r"^Spark's own log: (\S+)$", out.stdout, re.M)
