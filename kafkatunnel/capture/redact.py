@@ -40,10 +40,12 @@ from kafkatunnel.protocol.streaming import (
 )
 
 SASL_AUTHENTICATE = 36
-# + RenewDelegationToken, ExpireDelegationToken, AlterUserScramCredentials requests
-SECRET_REQUESTS = {SASL_AUTHENTICATE, 39, 40, 51}
-# + CreateDelegationToken, DescribeDelegationToken responses
-SECRET_RESPONSES = {SASL_AUTHENTICATE, 38, 41}
+# + RenewDelegationToken, ExpireDelegationToken, AlterUserScramCredentials requests, and
+# Envelope (a whole forwarded request, any of these among them; brokers send it to the
+# controller, a client never should)
+SECRET_REQUESTS = {SASL_AUTHENTICATE, 39, 40, 51, 58}
+# + CreateDelegationToken, DescribeDelegationToken and Envelope responses
+SECRET_RESPONSES = {SASL_AUTHENTICATE, 38, 41, 58}
 # CreateTopics, AlterConfigs, IncrementalAlterConfigs: config values, which can be secrets
 CONFIG_REQUESTS = {19, 33, 44}
 CONFIG_VALUES = frozenset({"value"})
