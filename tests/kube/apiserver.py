@@ -112,8 +112,8 @@ class Api:
     def forbidden(
         self, world: Any, verb: str, resource: str, namespace: str | None, rule: str = ""
     ) -> tuple[int, Any] | None:
-        """403 when the world's "forbidden" list holds `rule` ("VERB RESOURCE" by default)."""
-        if (rule or f"{verb} {resource}") not in world.get("forbidden", []):
+        """403 when the world denies `rule` ("VERB RESOURCE" by default): see denied()."""
+        if not denied(world, rule or f"{verb} {resource}"):
             return None
         user = world.get("user", "developer")
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
@@ -179,6 +179,9 @@ class Api:
                 return status(404, "NotFound", f'pods "{rest[1]}" not found')
             return 200, pod_json(pod, namespace)
         full = {"statefulsets": "statefulsets.apps", "deployments": "deployments.apps"}
+        refused = self.forbidden(world, "get", kind, namespace)
+        if refused:
+            return refused
         found = space.get(kind, {}).get(rest[1]) if len(rest) == 2 else None
         if found is None:
             name = rest[1] if len(rest) > 1 else ""
@@ -201,8 +204,16 @@ class Api:
         resource = attributes.get("resource", "")
         if attributes.get("subresource"):
             resource += "/" + attributes["subresource"]
-        denied = f"{attributes.get('verb')} {resource}" in world.get("forbidden", [])
-        return 201, {**body, "status": {"allowed": not denied}}
+        refused = denied(world, f"{attributes.get('verb')} {resource}")
+        return 201, {**body, "status": {"allowed": not refused}}
+
+
+def denied(world: Any, rule: str) -> bool:
+    """RBAC as the world says: a rule ("VERB RESOURCE") in "forbidden" is denied, and where
+    the world has an "allowed" list (a Role's rules), every rule not in it."""
+    return rule in world.get("forbidden", []) or (
+        "allowed" in world and rule not in world["allowed"]
+    )
 
 
 def _fields(message: bytes) -> dict[int, bytes]:

@@ -24,7 +24,7 @@ from tests.kube.distributions import distribution_pods
 CASES: dict[str, tuple[dict[str, Any], str | None, bool, str]] = {
     # name: (world changes, distribution in namespace "kafka", flags name the namespace,
     #        what doctor's failing or telling check says)
-    "minimal-rbac": ({"forbidden": ["get namespaces", "list namespaces"]}, None, True,
+    "minimal-rbac": ({"allowed": ["get pods", "list pods", "create pods/portforward"]}, None, True,
                      "kafka-0, kafka-1, kafka-2 in namespace kafka"),
     "portforward-forbidden": ({"forbidden": ["create pods/portforward"]}, None, True,
                               "forbidden in namespace kafka"),

@@ -161,13 +161,18 @@ def test_namespace_not_found(world: World, kubectl: str) -> None:
     says(up("-n", "kafak"), 'no pods at all in namespace "kafak"', "--namespace")
 
 
+# docs/quickstart-kubernetes.md: "get/list on pods and create on pods/portforward"
+LEAST_PRIVILEGE = ["get pods", "list pods", "create pods/portforward"]
+
+
 def test_the_least_privilege_the_docs_list_is_enough(
     cluster: LocalCluster, world: World, kubectl: str, tmp_path: Path
 ) -> None:
-    """get/list pods and create pods/portforward, nothing else (no namespaces): up serves."""
+    """The Role the docs ask for, and nothing else: get/list pods and create
+    pods/portforward granted, every other rule denied. up serves."""
     from kafkatunnel.localcluster.processes import ManagedProcess
 
-    world(forbidden=["get namespaces", "list namespaces"], user="jane")
+    world(allowed=LEAST_PRIVILEGE, user="jane")
     up = ManagedProcess(
         [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "kafka",
          "--kafka-port", str(cluster.mock[0].port), "--listen",
