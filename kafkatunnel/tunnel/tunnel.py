@@ -25,6 +25,7 @@ from kafkatunnel.hostnames import (
     OUTSIDE_ZONES,
     ClusterZones,
     check_address,
+    is_ip_literal,
 )
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
@@ -287,7 +288,6 @@ class Tunnel:
         broker's own loopback address and advertised port, which its names resolve to, if
         its name is inside the cluster's zones. Transparent mode listens only there, and
         passes bytes untouched."""
-        self.forwarder.expect(endpoint.advertised_host, endpoint.advertised_port)
         endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
         sockets = []
         if not self.transparent:
@@ -296,35 +296,45 @@ class Tunnel:
                 return
             sockets.append(sock)
         if self.dns is not None and endpoint.dns_address is not None:
-            if not self.zones.covers(endpoint.advertised_host):
-                endpoint.note = f"{OUTSIDE_ZONES} ({self.zones}; add one with --dns-zone)"
-                log.warning("broker %s %s: %s", endpoint.node_id, endpoint.advertised,
-                            endpoint.note)  # fmt: skip
-                if self.transparent:
-                    endpoint.state = "not resolved"
-                    return
-            else:
-                try:
-                    sock = bind_listener(
-                        endpoint.dns_address, endpoint.advertised_port, "--dns-first-address"
-                    )
-                except PortInUse as error:
-                    if self.transparent:
-                        self._cannot_listen(endpoint, str(error), sockets)
-                        return
-                    endpoint.note = f"not resolved: {error}"  # its tunnel port still serves
-                    log.error("broker %s: %s", endpoint.node_id, endpoint.note)
-                else:
-                    sockets.append(sock)
-                    self.zone.add(broker_name(endpoint.advertised_host), endpoint.dns_address)
-                    if self.transparent:
-                        endpoint.listen_host, endpoint.listen_port = sock.getsockname()[:2]
+            named = self._bind_name(endpoint)
+            if named is not None:
+                sockets.append(named)
+            elif self.transparent:  # its name leads nowhere: nothing to serve
+                endpoint.state = "not resolved"
+                return
+        self.forwarder.expect(endpoint.advertised_host, endpoint.advertised_port)
         assert self._loop is not None
         for sock in sockets:
             task = self._loop.create_task(self._serve(sock, endpoint))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         log.info("broker %s %s -> %s", endpoint.node_id, endpoint.advertised, endpoint.local)
+
+    def _bind_name(self, endpoint: Endpoint) -> socket.socket | None:
+        """The listener on the broker's own loopback address and advertised port, its name
+        added to the shim's zone; None (with a note saying why) when its name is not
+        resolved: an address, outside the cluster's zones, or that port taken there."""
+        host = endpoint.advertised_host
+        if is_ip_literal(host):
+            endpoint.note = "advertised as an address: no name to resolve"
+            return None
+        if not self.zones.covers(host):
+            endpoint.note = f"{OUTSIDE_ZONES} ({self.zones}; add one with --dns-zone)"
+            log.warning("broker %s %s: %s", endpoint.node_id, endpoint.advertised, endpoint.note)
+            return None
+        assert endpoint.dns_address is not None
+        try:
+            sock = bind_listener(
+                endpoint.dns_address, endpoint.advertised_port, "--dns-first-address"
+            )
+        except PortInUse as error:
+            endpoint.note = f"not resolved: {error}"
+            log.error("broker %s: %s", endpoint.node_id, endpoint.note)
+            return None
+        self.zone.add(broker_name(host), endpoint.dns_address)
+        if self.transparent:
+            endpoint.listen_host, endpoint.listen_port = sock.getsockname()[:2]
+        return sock
 
     def _bind_broker_port(self, endpoint: Endpoint) -> socket.socket | None:
         """The broker's rewrite-mode listener: on its pinned or planned port, else on the

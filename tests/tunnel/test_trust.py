@@ -113,6 +113,9 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
         assert state["refused_total"] == 3
         [outside] = [e for e in state["endpoints"] if e["node_id"] == 104]  # type: ignore[attr-defined]
         assert "not resolved: outside the cluster's zones" in outside["note"]
+        for endpoint in state["endpoints"]:  # type: ignore[attr-defined]
+            if endpoint["node_id"] in (1, 2, 3):  # the mock brokers advertise 127.0.0.1
+                assert endpoint["note"] == "advertised as an address: no name to resolve"
         names = state["dns"]["names"]  # type: ignore[index]
         assert not [n for n in names if "example" in n or "/" in n or "\n" in n], names
         answer = dns_answer("login.example.com", ("127.0.0.1", dns_port))
