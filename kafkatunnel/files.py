@@ -24,6 +24,16 @@ class UnsafePath(OSError):
     """A path the tunnel will not write through; the message says why and the fix."""
 
 
+def state_dir() -> Path:
+    """Where running tunnels keep their state (sockets, state files, logs, the resolver's
+    journal): the user's runtime directory, else their home."""
+    explicit = os.environ.get("KAFKATUNNEL_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "kafkatunnel" if runtime else Path.home() / ".kafkatunnel" / "run"
+
+
 def private_dir(directory: Path) -> Path:
     """`directory`, created 0700 if missing. An existing one must be a real directory (not
     a symlink) that the current user owns; its mode is then left as the user chose, except

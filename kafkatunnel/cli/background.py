@@ -15,19 +15,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from kafkatunnel.cli.options import port_option
 from kafkatunnel.cli.output import error, make_console
-from kafkatunnel.cli.tunnel import running_or_exit
-from kafkatunnel.files import create_private, state_directory
+from kafkatunnel.files import create_private, state_dir, state_directory
 from kafkatunnel.pids import ours, pid_alive
-from kafkatunnel.tunnel.control import fetch, running_tunnels, state_dir
+from kafkatunnel.tunnel.control import fetch, running_tunnels
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+
+
+def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, Any]]:
+    """The running tunnels (the one on `port`, if given), or exit 1 saying there is none."""
+    tunnels = running_tunnels()
+    if port is not None:
+        tunnels = {p: s for p, s in tunnels.items() if p == port}
+    if not tunnels:
+        where = f" on port {port}" if port is not None else ""
+        error(f"no running tunnel{where}", "start one with `kafkatunnel up`")
+        raise typer.Exit(1)
+    return tunnels
 
 
 def detach(console: Console, argv: list[str]) -> None:

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.live import Live
 
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
+from kafkatunnel.cli.background import detach as run_detached
+from kafkatunnel.cli.background import running_or_exit
 from kafkatunnel.cli.options import (
     context_option,
     json_option,
@@ -51,7 +53,7 @@ from kafkatunnel.tunnel import (
     Unreachable,
     parse_mapping,
 )
-from kafkatunnel.tunnel.control import fetch, running_tunnels
+from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
 from kafkatunnel.tunnel.tunnel import DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.view import status_table
@@ -181,8 +183,6 @@ def up(
     """Open the tunnel and keep it open until Ctrl-C (or, with --detach, until `down`)."""
     console = make_console()
     if detach:
-        from kafkatunnel.cli.background import detach as run_detached
-
         run_detached(console, sys.argv[1:])
         return
     if bootstrap is not None:
@@ -591,18 +591,6 @@ def endpoint_line(endpoint: Endpoint, transparent: bool) -> str:
     elif endpoint.dns_address is not None and not transparent:
         line += f" (name: {endpoint.dns_address}:{endpoint.advertised_port})"
     return line
-
-
-def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, Any]]:
-    """The running tunnels (the one on `port`, if given), or exit 1 saying there is none."""
-    tunnels = running_tunnels()
-    if port is not None:
-        tunnels = {p: s for p, s in tunnels.items() if p == port}
-    if not tunnels:
-        where = f" on port {port}" if port is not None else ""
-        error(f"no running tunnel{where}", "start one with `kafkatunnel up`")
-        raise typer.Exit(1)
-    return tunnels
 
 
 def run_status(console: Console, as_json: bool, port: int | None) -> None:

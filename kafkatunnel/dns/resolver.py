@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.files import inside, replace_system_file, state_directory, write_whole
+from kafkatunnel.files import inside, replace_system_file, state_dir, state_directory, write_whole
 from kafkatunnel.hostnames import UntrustedName, check_host, is_ip_literal
-from kafkatunnel.tunnel.control import state_dir
 
 BEGIN = "# BEGIN kafkatunnel (managed: `kafkatunnel dns teardown` removes this block)"
 END = "# END kafkatunnel"

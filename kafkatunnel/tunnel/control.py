@@ -15,21 +15,12 @@ import json
 import os
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from kafkatunnel.files import state_directory, write_whole
+from kafkatunnel.files import state_dir, state_directory, write_whole
 from kafkatunnel.pids import pid_alive
 
 UNIX = "unix:"  # a control address that is a socket path
-
-
-def state_dir() -> Path:
-    explicit = os.environ.get("KAFKATUNNEL_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "kafkatunnel" if runtime else Path.home() / ".kafkatunnel" / "run"
 
 
 class ControlServer:

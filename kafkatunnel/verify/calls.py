@@ -19,8 +19,7 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
 from kafkatunnel.protocol.schema import known_versions
-from kafkatunnel.verify.identity import DnsAnswer
-from kafkatunnel.verify.resolutions import TcpDnsStream, answers_in
+from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
 
 # Requests and responses whose bodies verify reads: coordinator-scoped APIs, answers that
 # can name brokers, and answers only a partition's leader gives (Produce, Fetch and

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS, NOT_COORDINATOR
+from kafkatunnel.verify.events import CALL, LOOKUP, PARTITION
+from kafkatunnel.verify.partitions import NOT_LEADER_OR_FOLLOWER
+from kafkatunnel.verify.resolutions import DnsAnswer
 
 USER, RECORDING, ADVERTISED, DNS, BEHAVIOUR = "user", "recording", "advertised", "dns", "behaviour"
 METHODS = (USER, RECORDING, ADVERTISED, DNS, BEHAVIOUR)  # strongest first
@@ -55,12 +58,6 @@ class Sighting(NamedTuple):
     answered: int
     denied: int
     about: str = COORDINATOR  # or LEADER
-
-
-class DnsAnswer(NamedTuple):
-    ts: int
-    name: str  # lower case, no trailing dot
-    address: str  # an A or AAAA record's address, or a CNAME's target name
 
 
 @dataclass
@@ -110,9 +107,6 @@ class Identities:
 def sightings_of(events: Iterable[Any]) -> list[Sighting]:
     """One key's events (LOOKUP and CALL, any order) -> per connection and named node, how
     often the answers were the named broker's and how often they denied being it."""
-    from kafkatunnel.verify.events import CALL, LOOKUP, PARTITION
-    from kafkatunnel.verify.partitions import NOT_LEADER_OR_FOLLOWER
-
     named: int | None = None
     about = COORDINATOR
     found: dict[tuple[str, int], list[Any]] = {}

@@ -4,9 +4,16 @@ broker behind a captured address. dnslib reads the messages."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from dnslib import QTYPE, DNSError, DNSRecord
 
-from kafkatunnel.verify.identity import DnsAnswer
+
+class DnsAnswer(NamedTuple):
+    ts: int
+    name: str  # lower case, no trailing dot
+    address: str  # an A or AAAA record's address, or a CNAME's target name
+
 
 _KEPT = {QTYPE.A, QTYPE.AAAA, QTYPE.CNAME}
 

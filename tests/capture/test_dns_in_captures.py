@@ -9,8 +9,7 @@ from dnslib import AAAA, CNAME, QTYPE, RR, A, DNSRecord
 
 from kafkatunnel.capture.packets import LINKTYPE_IPV4, dns_from_udp, tcp_segment
 from kafkatunnel.capture.pcapng import Packet
-from kafkatunnel.verify.identity import DnsAnswer
-from kafkatunnel.verify.resolutions import TcpDnsStream, answers_in
+from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
 
 NAME = "kafka-1.kafka-headless.shop.svc.cluster.local"
 

@@ -11,12 +11,12 @@ from kafkatunnel.verify.identity import (
     DNS,
     RECORDING,
     USER,
-    DnsAnswer,
     Sighting,
     identify,
     resolved,
     sightings_of,
 )
+from kafkatunnel.verify.resolutions import DnsAnswer
 
 NAME = "kafka-1.kafka-headless.shop.svc.cluster.local"
 RELAY = "127.0.0.3:9092"

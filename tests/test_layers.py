@@ -1,0 +1,87 @@
+"""The house's layering holds (docs/architecture.md): every import, at module level or
+inside a function, runs from a higher layer down to a lower one, and no modules import
+each other in a circle. Imports are read from the code with ast, not from a list."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kafkatunnel"
+
+# Each part of the package and its layer: a part imports only parts of lower layers (and
+# its own modules, without a circle). Written once, here.
+LAYERS = {
+    "__init__": 0,  # the version, nothing else
+    "waiting": 0, "pids": 0, "files": 0, "hostnames": 0, "ratelimit": 0,
+    "protocol": 1,
+    "capture": 2, "dns": 2, "probe": 2,
+    "tunnel": 3, "verify": 3, "privileges": 3,
+    "kube": 4, "localcluster": 4,
+    "doctor": 5,
+    "cli": 6,
+    "__main__": 7,
+}  # fmt: skip
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the kafkatunnel modules it imports, wherever in it the import stands."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                base = node.module
+                for alias in node.names:  # `from pkg import module` names a module
+                    target = f"{base}.{alias.name}"
+                    found.add(target if target in modules else base)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_every_part_has_a_layer() -> None:
+    parts = {part_of(m) for m in imports()}
+    assert parts <= set(LAYERS), f"give these a layer in LAYERS: {sorted(parts - set(LAYERS))}"
+
+
+def test_imports_run_down_the_layers() -> None:
+    upward = [
+        f"{source} -> {target}"
+        for source, targets in imports().items()
+        for target in targets
+        if part_of(source) != part_of(target) and LAYERS[part_of(source)] <= LAYERS[part_of(target)]
+    ]
+    assert not upward, "imports that run up or across the layers:\n" + "\n".join(upward)
+
+
+def test_no_import_circles() -> None:
+    graph = imports()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "\n".join(" -> ".join(c) for c in circles)
