@@ -39,9 +39,14 @@ KT_APT_COMMANDS=(
   dbus-daemon:dbus                                                 # a bus for systemd-resolved
   nft:nftables                                                     # relays on addresses of their own
 )
+# The tests' own, beside those: kt_apt_packages "${KT_APT_TEST_COMMANDS[@]}"
+KT_APT_TEST_COMMANDS=(
+  ssh:openssh-client                                               # --exec templates, for real
+  javac:openjdk-17-jdk-headless                                    # re-derives the JDK's hashes
+)
 kt_apt_packages() {
   local missing=() pair
-  for pair in "${KT_APT_COMMANDS[@]}"; do
+  for pair in "${KT_APT_COMMANDS[@]}" "$@"; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
   if ! kt_java_ok; then missing+=(openjdk-17-jre-headless); fi
