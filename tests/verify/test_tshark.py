@@ -48,4 +48,4 @@ def test_a_dumpcap_capture_decodes_alike() -> None:
     "path", sorted(CAPTURES.rglob("*.pcap*")), ids=lambda p: f"{p.parent.name}/{p.name}"
 )
 def test_real_captures_decode_alike(path: Path) -> None:
-    _compare(path)
+    assert _compare(path) >= 1  # two empty lists would agree on nothing
