@@ -205,10 +205,11 @@ def up(
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
     run_up(
-        console, bootstrap, forwarder, listen, broker_port, connect_timeout, table, loop,
-        mode, dns_options, broker, record_options, zero_copy, start_timeout,
-        max_brokers=max_brokers, max_connections=max_connections,
-        metrics_listen=metrics_listen, privileges=privileges,
+        console, bootstrap=bootstrap, forwarder=forwarder, listen=listen,
+        broker_ports=broker_port, connect_timeout=connect_timeout, table=table, loop=loop,
+        mode=mode, dns=dns_options, brokers=broker, record=record_options,
+        zero_copy=zero_copy, start_timeout=start_timeout, max_brokers=max_brokers,
+        max_connections=max_connections, metrics_listen=metrics_listen, privileges=privileges,
     )  # fmt: skip
 
 
@@ -406,6 +407,7 @@ def check_bootstrap(bootstrap: str) -> None:
 
 def run_up(
     console: Console,
+    *,
     bootstrap: str,
     forwarder: Forwarder,
     listen: str,
@@ -419,7 +421,6 @@ def run_up(
     record: RecordOptions | None = None,
     zero_copy: bool = True,
     start_timeout: float | None = START_TIMEOUT,
-    *,
     max_brokers: int = DEFAULT_MAX_BROKERS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     metrics_listen: str | None = None,
