@@ -74,8 +74,6 @@ def drop_to(user: User) -> None:
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     else:
         os.environ.pop("XDG_RUNTIME_DIR", None)
-    with contextlib.suppress(OSError):
-        os.chdir(os.getcwd())  # fails if the user may not be here: then stay anyway
 
 
 class ResolverChannel:
@@ -109,11 +107,11 @@ class ResolverChannel:
 
 
 def split_privileges(
-    user: User, zones: ClusterZones, childs: list[socket.socket] | None = None
+    user: User, zones: ClusterZones, child_only: list[socket.socket] | None = None
 ) -> ResolverChannel:
     """Fork. The child returns, as `user`, with the channel to the parent. The parent
     (root) serves resolver requests until the child ends, undoes them, and exits with the
-    child's status: it never returns. `childs`: sockets only the child keeps."""
+    child's status: it never returns. `child_only`: sockets the parent closes."""
     parent_end, child_end = socket.socketpair()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -123,7 +121,7 @@ def split_privileges(
         drop_to(user)
         return ResolverChannel(child_end)
     child_end.close()
-    for sock in childs or []:
+    for sock in child_only or []:
         sock.close()
     _root_state_dir()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
