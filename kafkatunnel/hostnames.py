@@ -36,7 +36,7 @@ def check_host(host: str) -> str:
     if not host:
         raise UntrustedName("empty host name")
     shown = _shown(host)
-    if _ip_literal(host):
+    if is_ip_literal(host):
         return host
     name = host[:-1] if host.endswith(".") else host
     if len(name) > MAX_NAME:
@@ -59,7 +59,8 @@ def check_address(host: str, port: int) -> tuple[str, int]:
     return check_host(host), check_port(port)
 
 
-def _ip_literal(host: str) -> bool:
+def is_ip_literal(host: str) -> bool:
+    """An IPv4 or IPv6 address (without an IPv6 scope, which is free text)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -71,10 +72,6 @@ def _shown(text: str, limit: int = 60) -> str:
     """A name as a log line may show it: quoted, escaped, cut (it may hold anything)."""
     cut = text if len(text) <= limit else text[:limit] + "..."
     return repr(cut)
-
-
-def is_ip_literal(host: str) -> bool:
-    return _ip_literal(host)
 
 
 def _normalize(name: str) -> str:
@@ -98,7 +95,7 @@ def derived_zone(host: str) -> str | None:
     """The zone a name the user gave stands for: a Kubernetes name's cluster domain, or the
     name's parent domain when that has two labels or more (a lone `com` or `kafka` would
     cover too much: name it with --dns-zone). None for IP literals and single labels."""
-    if _ip_literal(host):
+    if is_ip_literal(host):
         return None
     domain = kubernetes_domain(host)
     if domain is not None:
@@ -129,14 +126,14 @@ class ClusterZones:
             if zone is not None:
                 zones.add(zone)
         for zone in extra:
-            if _ip_literal(zone):
+            if is_ip_literal(zone):
                 raise UntrustedName(f"{zone!r} is an address, not a DNS zone")
             zones.add(_normalize(check_host(zone)))
         return cls(frozenset(z for z in zones if not any(_within(z, n) for n in NEVER_RESOLVED)))
 
     def covers(self, host: str) -> bool:
         """Whether `host` (a checked name) may be resolved by the machine through us."""
-        if _ip_literal(host):
+        if is_ip_literal(host):
             return False
         name = _normalize(host)
         if any(_within(name, never) for never in NEVER_RESOLVED):
