@@ -23,6 +23,9 @@ log = logging.getLogger("kafkatunnel.registry")
 # port-forward process. --max-brokers raises it.
 DEFAULT_MAX_BROKERS = 256
 REFUSALS_KEPT = 50  # refused brokers listed in status (all are counted)
+# Node ids of refused brokers remembered, so an answer repeated (every metadata refresh)
+# is not counted or logged again; past this many a hostile cluster gets no more memory.
+REFUSED_REMEMBERED = 10_000
 
 
 def refused_address(address: BrokerAddress) -> tuple[str, int]:
@@ -142,7 +145,8 @@ class BrokerRegistry:
         self.first_dns_address = ipaddress.IPv4Address(first_dns_address)
         self.max_brokers = max_brokers
         self.refusals: dict[int, Refusal] = {}  # the first REFUSALS_KEPT, by node id
-        self.refused_total = 0
+        self.refused_total = 0  # distinct node ids (up to REFUSED_REMEMBERED)
+        self._refused_ids: set[int] = set()
         self.unserved: set[int] = set()  # node ids known, but with no listener
         self.listen_host = listen_host
         self.bootstrap_port = bootstrap_port
@@ -212,8 +216,10 @@ class BrokerRegistry:
         return None
 
     def _note(self, refused: list[Refusal]) -> None:
-        fresh = [r for r in refused if r.node_id not in self.refusals]
+        fresh = [r for r in refused if r.node_id not in self._refused_ids]
         self.refused_total += len(fresh)
+        room = REFUSED_REMEMBERED - len(self._refused_ids)
+        self._refused_ids.update(r.node_id for r in fresh[: max(room, 0)])
         for refusal in fresh:
             if len(self.refusals) < REFUSALS_KEPT:
                 self.refusals[refusal.node_id] = refusal
