@@ -26,7 +26,7 @@ from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
 from kafkatunnel.capture.trace import Address, ConnectionTrace
 from kafkatunnel.files import create_private, private_dir
-from kafkatunnel.protocol.passage import Part, Records, Request
+from kafkatunnel.protocol.passage import Part, ReadRequest, RecordSpans
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
@@ -64,7 +64,7 @@ HAND_OVER_AFTER = 0.1  # seconds a block waits for the writer, at the most
 BUILD_BATCH = 64
 # A frame to build packets for: its connection, whether it is a response, its parts, where
 # its records lay, a request's header, and when it passed.
-_Frame = tuple["Recording", bool, list[Part], Records | None, Request | None, int]
+_Frame = tuple["Recording", bool, list[Part], RecordSpans | None, ReadRequest | None, int]
 
 
 def _open_unbuffered(path: Path) -> BinaryIO:
@@ -212,8 +212,8 @@ class Recorder:
         recording: Recording,
         response: bool,
         parts: list[Part],
-        records: Records | None,
-        request: Request | None,
+        records: RecordSpans | None,
+        request: ReadRequest | None,
     ) -> None:
         """A frame that passed, its packets built later with others (BUILD_BATCH at a
         time, or HAND_OVER_AFTER after the first): a frame a megabyte of splicing after
@@ -346,11 +346,15 @@ class Recording:
         if packets:
             self.recorder.write(self.interface, packets)
 
-    def request(self, parts: list[Part], records: Records | None, request: Request | None) -> None:
+    def request(
+        self, parts: list[Part], records: RecordSpans | None, request: ReadRequest | None
+    ) -> None:
         """A request as the tunnel's Exchange passed it on (see passage.FrameSeen)."""
         self.recorder.frame(self, False, parts, records, request)
 
-    def response(self, parts: list[Part], records: Records | None, _: Request | None) -> None:
+    def response(
+        self, parts: list[Part], records: RecordSpans | None, _: ReadRequest | None
+    ) -> None:
         self.recorder.frame(self, True, parts, records, None)
 
     def closed(self) -> None:

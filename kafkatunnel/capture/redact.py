@@ -28,7 +28,7 @@ from kafkatunnel.protocol.headers import (
     response_body_offset,
     response_header_version,
 )
-from kafkatunnel.protocol.passage import Part, Records
+from kafkatunnel.protocol.passage import Part, RecordSpans
 from kafkatunnel.protocol.rewrite import ByteWalk, splice
 from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
 from kafkatunnel.protocol.streaming import (
@@ -109,7 +109,7 @@ def redact_request(
     frame: bytes | list[Part],
     header: RequestHeader,
     payloads: bool = False,
-    records: Records | None = None,
+    records: RecordSpans | None = None,
 ) -> bytes:
     """The request frame as a recording may keep it. A frame given as parts (some of its
     record data passed unread) must be one whose records are cut; `records`, where the
@@ -123,7 +123,7 @@ def redact_response(
     api_key: int,
     api_version: int,
     payloads: bool = False,
-    records: Records | None = None,
+    records: RecordSpans | None = None,
 ) -> bytes:
     """The response frame as a recording may keep it (parts, records: as for
     redact_request)."""
@@ -137,7 +137,7 @@ def _redact(
     response: bool,
     request_body: int | None,
     payloads: bool,
-    records: Records | None,
+    records: RecordSpans | None,
 ) -> bytes:
     """Secrets cut by the message's plan; else record data cut where the relay's walk
     found it, or found by walking the message again; whatever cannot be cut keeps only its

@@ -21,7 +21,7 @@ from kafkatunnel.capture.redact import redact_request, redact_response
 from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
-from kafkatunnel.protocol.passage import Part, Records, Request
+from kafkatunnel.protocol.passage import Part, ReadRequest, RecordSpans
 
 Address = tuple[str, int]
 SASL_HANDSHAKE = 17
@@ -151,7 +151,7 @@ class ConnectionTrace:
         return out
 
     def request(
-        self, parts: list[Part], records: Records | None, request: Request | None
+        self, parts: list[Part], records: RecordSpans | None, request: ReadRequest | None
     ) -> list[bytes]:
         """A request frame as the tunnel's Exchange passed it on: its parts, where its walk
         found record data, its header as the Exchange read it (see FrameSeen)."""
@@ -160,7 +160,7 @@ class ConnectionTrace:
         self.frames += 1
         return self._request_seen(_frame(parts), records, request)
 
-    def response(self, parts: list[Part], records: Records | None) -> list[bytes]:
+    def response(self, parts: list[Part], records: RecordSpans | None) -> list[bytes]:
         """A response frame as the tunnel's Exchange passed it on (see request)."""
         if self.broken is not None:
             return []
@@ -168,7 +168,7 @@ class ConnectionTrace:
         return self._response_seen(_frame(parts), records)
 
     def _request_seen(
-        self, frame: Frame, records: Records | None, request: Request | None
+        self, frame: Frame, records: RecordSpans | None, request: ReadRequest | None
     ) -> list[bytes]:
         if self._raw_requests:  # a raw SASL token: never written, whatever it looks like
             self._raw_requests -= 1
@@ -203,7 +203,7 @@ class ConnectionTrace:
             return []
         return self._segments(kept, to_server=True)
 
-    def _response_seen(self, frame: Frame, records: Records | None) -> list[bytes]:
+    def _response_seen(self, frame: Frame, records: RecordSpans | None) -> list[bytes]:
         if self._raw_responses:
             self._raw_responses -= 1
             self.skipped += 1

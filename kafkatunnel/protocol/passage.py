@@ -56,12 +56,12 @@ Chunk = bytes | memoryview
 Part = Chunk | int
 # Where a walk found a frame's record data (offsets in the frame), and whether the message's
 # encodings are compact (a flexible version).
-Records = tuple[tuple[tuple[int, int], ...], bool]
+RecordSpans = tuple[tuple[tuple[int, int], ...], bool]
 # A request's header as read here, and whether it is answered.
-Request = tuple[RequestHeader, bool]
+ReadRequest = tuple[RequestHeader, bool]
 # Told once per frame, in stream order: its parts, where its records lay if it was walked
 # to its end, and for a request its header.
-FrameSeen = Callable[[list[Part], Records | None, Request | None], None]
+FrameSeen = Callable[[list[Part], RecordSpans | None, ReadRequest | None], None]
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
 
 
@@ -104,9 +104,9 @@ class _Splitter:
         self.on_frame_seen: FrameSeen | None = None
         self._parts: list[Part] | None = None
         self._spans: list[tuple[int, int]] = []
-        self._records: Records | None = None
+        self._records: RecordSpans | None = None
         self._compact = False  # the walked message is of a flexible version
-        self._request: Request | None = None
+        self._request: ReadRequest | None = None
         self._walk_from = 0  # where in the frame its walk starts
 
     @property

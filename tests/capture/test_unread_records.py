@@ -27,8 +27,8 @@ from kafkatunnel.protocol.passage import (
     Direction,
     Exchange,
     Part,
-    Records,
-    Request,
+    ReadRequest,
+    RecordSpans,
 )
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
@@ -135,7 +135,7 @@ def _records_of(message: object) -> list[bytes]:
     return found
 
 
-Observed = list[tuple[list[Part], Records | None, Request | None]]
+Observed = list[tuple[list[Part], RecordSpans | None, ReadRequest | None]]
 
 
 def _trace_read(requests_in: bytes, responses_in: bytes) -> list[bytes]:

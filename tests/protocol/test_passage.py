@@ -21,7 +21,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe, Records
+from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe, RecordSpans
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
@@ -123,7 +123,7 @@ def test_any_chunking_and_any_splicing_give_the_same_bytes(
     as their bytes come, however they are cut, so that only their records pass unread."""
     requests, responses, received = conversation(sizes)
     exchange = Exchange(tunnel_mapper, rewrite_caps(), records_only=records_only)
-    found: list[Records | None] = []  # where the walks found each Produce's records
+    found: list[RecordSpans | None] = []  # where the walks found each Produce's records
     exchange.observe(
         lambda _, records, request: found.extend([records] if request[0].api_key == 0 else []),  # type: ignore[index]
         lambda *_: None,
