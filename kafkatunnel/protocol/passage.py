@@ -575,7 +575,7 @@ class _Untouched:
         return None
 
 
-class Pipe:
+class PassThrough:
     """The Exchange of transparent mode: bytes pass both ways untouched and unread (TLS and
     SASL stay end to end)."""
 

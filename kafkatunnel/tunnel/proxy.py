@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine
 
 from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Exchange, Pipe
+from kafkatunnel.protocol.passage import Exchange, PassThrough
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
@@ -33,7 +33,7 @@ class ClientConnection:
         self,
         endpoint: Endpoint,
         forwarder: Forwarder,
-        make_exchange: Callable[[Endpoint], Exchange | Pipe],
+        make_exchange: Callable[[Endpoint], Exchange | PassThrough],
         connect_timeout: float,
         on_close: Callable[[ClientConnection], None],
         record: Callable[[Endpoint, Address, Address], Recording] | None = None,
@@ -97,9 +97,9 @@ class ClientConnection:
         client = self.sock.fileno()
         recording = self.recording
         # A recording reads every byte the Exchange does not mark as record data it need not
-        # keep; one that keeps payloads (or a Pipe's opaque bytes) reads them all.
+        # keep; one that keeps payloads (or a PassThrough's opaque bytes) reads them all.
         zero_copy = self.zero_copy and (recording is None or self.exchange.records_only)
-        # An Exchange hands a recording whole frames; a Pipe's bytes are framed by the trace.
+        # An Exchange hands a recording whole frames; a PassThrough's bytes are framed by the trace.
         streamed = recording
         if recording is not None and isinstance(self.exchange, Exchange):
             self.exchange.observe(recording.request, recording.response)

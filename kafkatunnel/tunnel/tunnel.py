@@ -31,7 +31,7 @@ from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from kafkatunnel.protocol.passage import Exchange, Pipe
+from kafkatunnel.protocol.passage import Exchange, PassThrough
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.ratelimit import RateLimitedLog
@@ -124,7 +124,7 @@ class Tunnel:
             self.dns = DnsServer(self.zone, *config.dns_listen, sockets=config.dns_sockets)
         self.caps = rewrite_caps()
         self.connections: set[ClientConnection] = set()
-        self.servers: list[Acceptor] = []
+        self.acceptors: list[Acceptor] = []
         self.control: ControlServer | None = None
         self.started_at = time.time()
         self.notes: list[str] = []
@@ -249,8 +249,8 @@ class Tunnel:
 
     async def stop(self) -> None:
         self._release_claims()
-        for server in self.servers:
-            server.close()
+        for acceptor in self.acceptors:
+            acceptor.close()
         connections = list(self.connections)
         for connection in connections:
             connection.close()  # once it has let go, its upstream joins _draining
@@ -276,7 +276,7 @@ class Tunnel:
     async def _serve(self, sock: socket.socket, endpoint: Endpoint) -> None:
         acceptor = Acceptor(sock, lambda conn: self._accepted(endpoint, conn))
         acceptor.start()
-        self.servers.append(acceptor)
+        self.acceptors.append(acceptor)
         endpoint.state = "listening"
 
     def _open_broker(self, endpoint: Endpoint) -> None:
@@ -412,9 +412,9 @@ class Tunnel:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    def _exchange(self, endpoint: Endpoint) -> Exchange | Pipe:
+    def _exchange(self, endpoint: Endpoint) -> Exchange | PassThrough:
         if self.transparent:
-            return Pipe()
+            return PassThrough()
         return Exchange(
             self.registry.map,
             self.caps,

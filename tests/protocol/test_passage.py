@@ -21,7 +21,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, Pipe, RecordSpans
+from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, PassThrough, RecordSpans
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
@@ -174,7 +174,7 @@ def test_a_frame_to_rewrite_is_held_whole_and_awaited() -> None:
 
 
 def test_transparent_mode_lets_everything_pass_unread() -> None:
-    pipe = Pipe()
+    pipe = PassThrough()
     for direction in (pipe.requests, pipe.responses):
         assert direction.unread == sys.maxsize
         assert direction.awaited == 0

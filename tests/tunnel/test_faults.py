@@ -106,8 +106,8 @@ def test_port_in_use_fails_at_start_naming_port_and_flag(cluster: LocalCluster) 
 
 def test_listeners_bind_to_loopback_only(cluster: LocalCluster, make_tunnel: MakeTunnel) -> None:
     tunnel = make_tunnel()
-    addresses = {server.sock.getsockname()[0] for server in tunnel.tunnel.servers}
-    assert len(tunnel.tunnel.servers) == 4  # bootstrap + 3 brokers
+    addresses = {acceptor.sock.getsockname()[0] for acceptor in tunnel.tunnel.acceptors}
+    assert len(tunnel.tunnel.acceptors) == 4  # bootstrap + 3 brokers
     assert addresses == {"127.0.0.1"}
 
 
