@@ -109,7 +109,7 @@ def sightings_of(events: Iterable[Any]) -> list[Sighting]:
     often the answers were the named broker's and how often they denied being it."""
     named: int | None = None
     about = COORDINATOR
-    found: dict[tuple[str, int], list[Any]] = {}
+    found: dict[tuple[str, int], _Seen] = {}
     for event in sorted(events, key=lambda e: (e.ts, e.kind != LOOKUP)):
         if event.kind == LOOKUP:
             if event.error == 0 and event.node is not None and event.node >= 0:
@@ -127,15 +127,21 @@ def sightings_of(events: Iterable[Any]) -> list[Sighting]:
             denied = event.error == NOT_COORDINATOR
         if not (answered or denied):
             continue
-        seen = found.get((event.conn.key, named))
-        if seen is None:
-            found[(event.conn.key, named)] = [event.conn.server, event.ts, int(answered),
-                                              int(denied)]  # fmt: skip
-        else:
-            seen[2] += answered
-            seen[3] += denied
-    return [Sighting(conn, server, ts, node, answered, denied, about)
-            for (conn, node), (server, ts, answered, denied) in found.items()]  # fmt: skip
+        seen = found.setdefault((event.conn.key, named), _Seen(event.conn.server, event.ts))
+        seen.answered += answered
+        seen.denied += denied
+    return [Sighting(conn, seen.server, seen.ts, node, seen.answered, seen.denied, about)
+            for (conn, node), seen in found.items()]  # fmt: skip
+
+
+@dataclass
+class _Seen:
+    """A connection's answers about one named broker: where, since when, how many."""
+
+    server: str
+    ts: int
+    answered: int = 0
+    denied: int = 0
 
 
 def resolved(answers: Iterable[DnsAnswer]) -> dict[str, set[str]]:
@@ -202,8 +208,14 @@ def identify(
     return out
 
 
-# (first ts, connection, node, answered as it (else denied), what the answers were about)
-Shown = tuple[int, str, int, bool, tuple[str, ...]]
+class Shown(NamedTuple):
+    """What one connection showed of one broker (sorted by when it was first seen)."""
+
+    ts: int  # first seen
+    conn: str
+    node: int
+    answered: bool  # answered as that broker (else: denied being it)
+    abouts: tuple[str, ...]  # what the answers were about: coordinator, leader
 
 
 def _shown_by_connection(sightings: Iterable[Sighting]) -> dict[str, list[Shown]]:
@@ -224,18 +236,19 @@ def _shown_by_connection(sightings: Iterable[Sighting]) -> dict[str, list[Shown]
         clean = {n: seen for n, seen in nodes.items() if n not in denied.get((server, conn), {})}
         if len(clean) == 1:
             ((node, (ts, abouts)),) = clean.items()
-            out.setdefault(server, []).append((ts, conn, node, True, tuple(sorted(abouts))))
+            out.setdefault(server, []).append(Shown(ts, conn, node, True, tuple(sorted(abouts))))
     for (server, conn), nodes in denied.items():
         for node, (ts, abouts) in nodes.items():
             if node not in answered.get((server, conn), {}):
-                out.setdefault(server, []).append((ts, conn, node, False, tuple(sorted(abouts))))
-    for shown in out.values():
-        shown.sort()
+                denial = Shown(ts, conn, node, False, tuple(sorted(abouts)))
+                out.setdefault(server, []).append(denial)
+    for each in out.values():
+        each.sort()
     return out
 
 
 def _connections(shown: list[Shown]) -> dict[str, tuple[int, int]]:
-    return {conn: (ts, node) for ts, conn, node, answered, _ in shown if answered}
+    return {s.conn: (s.ts, s.node) for s in shown if s.answered}
 
 
 def _identify_one(
@@ -253,15 +266,13 @@ def _identify_one(
         identity.evidence[ADVERTISED] = len(adverts)
     if by_dns:
         identity.evidence[DNS] = len(by_dns)
-    behaviour = {node for _, _, node, answered, _ in shown if answered}
+    behaviour = {s.node for s in shown if s.answered}
     if behaviour:
-        identity.evidence[BEHAVIOUR] = sum(answered for _, _, _, answered, _ in shown)
-        for *_, answered, abouts in shown:
-            for about in abouts if answered else ():
+        identity.evidence[BEHAVIOUR] = sum(s.answered for s in shown)
+        for s in shown:
+            for about in s.abouts if s.answered else ():
                 identity.behaviour[about] = identity.behaviour.get(about, 0) + 1
-    denials = [
-        (ts, node) for ts, _, node, answered, _ in shown if not answered and node in behaviour
-    ]
+    denials = [(s.ts, s.node) for s in shown if not s.answered and s.node in behaviour]
     if user is not None:
         identity.node, identity.method = user, USER
         return identity
@@ -310,9 +321,9 @@ def _note_refusals(identity: Identity, shown: list[Shown]) -> None:
     if identity.ambiguous or identity.method == USER:
         return
     refused: dict[str, set[int]] = {}
-    for _ts, _conn, node, answered, abouts in shown:
-        for about in abouts if not answered else ():
-            refused.setdefault(about, set()).add(node)
+    for s in shown:
+        for about in s.abouts if not s.answered else ():
+            refused.setdefault(about, set()).add(s.node)
     if not refused:
         return
     said = []
@@ -330,12 +341,12 @@ def _changes(shown: list[Shown], behaviour: set[int]) -> list[tuple[int, int | N
     """(ts, node) each time the broker an address answered as changed (None: a broker that
     denied being one it answered as elsewhere)."""
     out: list[tuple[int, int | None]] = []
-    for ts, _conn, node, answered, _ in shown:
-        if not answered and node not in behaviour:
+    for s in shown:
+        if not s.answered and s.node not in behaviour:
             continue
-        now = node if answered else None
+        now = s.node if s.answered else None
         if not out or out[-1][1] != now:
-            out.append((ts, now))
+            out.append((s.ts, now))
     return out
 
 
