@@ -8,7 +8,8 @@ shared by client, tunnel and port-forward, the bytes the tunnel does not copy ar
 client keeps. The rest is read, framed, perhaps rewritten, and written with writev(2).
 
 A Pump reads again only once everything it read is written, so a slow reader on one side
-slows the writer on the other and a direction holds at most one read's worth of bytes.
+slows the writer on the other: a direction holds one read's worth of bytes, besides a frame
+it must hold whole to rewrite (a Metadata answer, say: at most the frame size limit).
 
 File descriptors rather than asyncio transports: splice needs the descriptors, and an event
 loop will not watch a descriptor a transport owns.
