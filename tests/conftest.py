@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,8 +37,27 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+# A skipped test shows nothing: a run that skips must say so, and fails unless asked to
+# accept it (KT_TESTS_ACCEPT_SKIPS=1), e.g. without root, where isolation is unavailable.
+ACCEPT_SKIPS = "KT_TESTS_ACCEPT_SKIPS"
+_skips: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skips[reason.removeprefix("Skipped: ")] += 1
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if the harness left a namespace of this process behind."""
+    """Fail the run if tests were skipped (unless accepted), or if the harness left a
+    namespace of this process behind."""
+    if _skips:
+        lines = [f"  {count:4d} x {reason}" for reason, count in _skips.most_common()]
+        print(f"\n{sum(_skips.values())} test(s) SKIPPED:", *lines, sep="\n")
+        if os.environ.get(ACCEPT_SKIPS) != "1":
+            print(f"a run that skips tests fails: fix what they need, or set {ACCEPT_SKIPS}=1")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if isolation_problem():
         return
     mine = [n for n in list_harness_namespaces() if n.startswith(f"kt-{os.getpid()}-")]
