@@ -311,3 +311,40 @@ def _not_zombie(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_hostile_names_through_kubectl_forwards(
+    cluster: LocalCluster, world: World, tmp_path: Path
+) -> None:
+    """--via kubectl meets a cluster whose Metadata answers name hostile brokers (the
+    filter sits in each forward's stream, as the cluster would be behind it): they get no
+    port-forward, clients are told they do not resolve, every group still works."""
+    from kafkatunnel.localcluster.processes import ManagedProcess
+    from kafkatunnel.probe import ProbeConnection
+    from tests.tunnel.hostile import filter_argv, hostile_names
+
+    marker = tmp_path / "p"
+    spec = tmp_path / "hostile.json"
+    spec.write_text(json.dumps({"brokers": hostile_names(str(marker))}))
+    world(stream_prefix=filter_argv(str(spec)))
+    port = free_port_run(8)
+    root = str(Path(__file__).resolve().parents[2])
+    tunnel = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "kafka",
+         "--kafka-port", str(cluster.mock[0].port), "--listen", f"127.0.0.1:{port}",
+         "--no-table"],
+        name="kafkatunnel-up", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path), "PYTHONPATH": root},
+    )  # fmt: skip
+    try:
+        tunnel.wait_for_line(r"^broker 104: ", timeout=60)
+        refusals = [line for line in tunnel.lines if "refused broker" in line]
+        assert len(refusals) == 1 and "and 2 more" in refusals[0], refusals
+        with ProbeConnection(f"127.0.0.1:{port}") as probe:
+            told = {node: host for node, host, _ in probe.brokers()}
+        assert all(told[n].endswith(".kafkatunnel.invalid") for n in (101, 102, 103)), told
+        forwards = [line for line in tunnel.lines if "pod/" in line and "refused" not in line]
+        assert not [f for f in forwards if "ProxyCommand" in f or "evil" in f], forwards
+        every_group_works(cluster, f"127.0.0.1:{port}", f"kube-hostile-{uuid.uuid4().hex[:6]}")
+        assert not marker.exists()
+    finally:
+        tunnel.stop()

@@ -88,6 +88,21 @@ def tamper(body: bytes, version: int, brokers: list[tuple[int, str, int]]) -> by
     return out.getvalue()
 
 
+def hostile_names(marker: str) -> list[list[object]]:
+    """Brokers a lying cluster adds: each would have done harm somewhere before [trust]."""
+    return [
+        [101, f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser=", 9092],  # options for ssh
+        [102, "evil\n6.6.6.6 evil.example.org", 9092],  # a line of its own in /etc/hosts
+        [103, "kafka-3/../../../../tmp/resolver-escape", 9092],  # out of /etc/resolver
+        [104, "login.example.com", 9092],  # a good name, outside the cluster's zones
+    ]
+
+
+def filter_argv(spec_file: str) -> list[str]:
+    """The words that put this filter in front of a stream command."""
+    return [sys.executable, "-m", "tests.tunnel.hostile", spec_file, "--"]
+
+
 def main() -> None:
     spec_file, separator, *command = sys.argv[1:]
     assert separator == "--", "usage: hostile SPEC.json -- COMMAND..."

@@ -27,25 +27,16 @@ from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
 from tests.kube.faults import every_group_works
+from tests.tunnel.hostile import filter_argv, hostile_names
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def hostile_names(marker: Path) -> list[list[object]]:
-    return [
-        [101, f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser=", 9092],  # options for ssh
-        [102, "evil\n6.6.6.6 evil.example.org", 9092],  # a line of its own in /etc/hosts
-        [103, "kafka-3/../../../../tmp/resolver-escape", 9092],  # a path out of /etc/resolver
-        [104, "login.example.com", 9092],  # a good name, outside the cluster's zones
-    ]
 
 
 def hostile_exec(cluster: LocalCluster, spec: Mapping[str, object], tmp: Path) -> str:
     """An --exec template whose stream passes through the lying filter."""
     spec_file = tmp / f"hostile-{uuid.uuid4().hex[:6]}.json"
     spec_file.write_text(json.dumps(spec))
-    filter_ = shlex.join([sys.executable, "-m", "tests.tunnel.hostile", str(spec_file), "--"])
-    return f"{filter_} {cluster.exec_template()}"
+    return f"{shlex.join(filter_argv(str(spec_file)))} {cluster.exec_template()}"
 
 
 def up(
@@ -84,7 +75,7 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     marker = tmp_path / "p"
-    spec = {"brokers": hostile_names(marker)}
+    spec = {"brokers": hostile_names(str(marker))}
     port, dns_port = free_port_run(8), free_port()
     tunnel = up(
         cluster.mock[0].address, hostile_exec(cluster, spec, tmp_path), tmp_path,
@@ -135,7 +126,7 @@ def test_hostile_names_in_the_hosts_file_method(cluster: LocalCluster, tmp_path:
     containers: rename() onto it fails): only the cluster's names are written, and the
     file is byte for byte what it was once the tunnel stops."""
     assert cluster.tansu is not None
-    spec = {"brokers": hostile_names(tmp_path / "p")}
+    spec = {"brokers": hostile_names(str(tmp_path / "p"))}
     with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
         hosts_file = Path("/etc/netns") / laptop.name / "hosts"
         before = hosts_file.read_bytes()
@@ -297,7 +288,7 @@ def test_hostile_names_in_transparent_mode(cluster: LocalCluster, tmp_path: Path
     nothing, a good name outside the zones gets no listener (it could only be reached by
     its name), and the cluster's own name resolves through the shim and serves."""
     assert cluster.tansu is not None
-    spec = {"brokers": hostile_names(tmp_path / "p")}
+    spec = {"brokers": hostile_names(str(tmp_path / "p"))}
     dns_port = free_port()
     tunnel = up(
         cluster.tansu.address, hostile_exec(cluster, spec, tmp_path), tmp_path,
