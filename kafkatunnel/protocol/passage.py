@@ -2,9 +2,9 @@
 
 Each direction reads just the head of a frame (a copy of a few bytes) and decides: pass the
 rest through untouched (slices of the very buffers that arrived), or hold the whole frame
-because it must change. Requests are never changed, only observed (their headers tell what each response
-will be). Responses are held whole only when they can name a broker or are ApiVersions
-answers (to be capped); a 1 MiB Fetch response passes through as it arrives.
+because it must change. Requests are never changed, only observed (their headers tell what
+each response will be). Responses are held whole only when they can name a broker or are
+ApiVersions answers (to be capped); a 1 MiB Fetch response passes through as it arrives.
 """
 
 from __future__ import annotations
