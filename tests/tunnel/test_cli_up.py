@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,20 @@ def test_up_status_and_sigterm(cluster: LocalCluster, tmp_path: Path, loop: str)
         up.stop()
 
 
-def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
-    import socket
-
+@pytest.mark.parametrize(
+    ("flags", "fix"),
+    [
+        (lambda taken: ["--listen", f"127.0.0.1:{taken}"], "--listen"),
+        # a pinned broker port is bound at start: taken, it is an error then, not later
+        (lambda taken: ["--listen", f"127.0.0.1:{free_port_run(8)}", "--broker-port",
+                        f"2={taken}"], "--broker-port 2=PORT"),
+    ],
+    ids=["listen", "pinned-broker-port"],
+)  # fmt: skip
+def test_port_in_use_via_the_cli(
+    cluster: LocalCluster, tmp_path: Path, flags: Callable[[int], list[str]], fix: str
+) -> None:
+    """A port someone else holds stops the start, naming the holder and the flag."""
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()
@@ -87,8 +99,7 @@ def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     try:
         result = _cli(
             "up", "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
-            "--listen", f"127.0.0.1:{port}", "--no-table",
-            env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+            *flags(port), "--no-table", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
         )  # fmt: skip
     finally:
         holder.close()
@@ -96,7 +107,7 @@ def test_port_in_use_via_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
     assert f"port {port} on 127.0.0.1 is already in use by python (pid {os.getpid()})" in (
         result.stderr
     )
-    assert "--listen" in result.stderr
+    assert fix in result.stderr
 
 
 def test_wrong_flags_name_the_fix(tmp_path: Path) -> None:

@@ -208,28 +208,6 @@ def test_a_taken_port_is_never_handed_to_clients(cluster: LocalCluster) -> None:
         holder.close()
 
 
-def test_a_taken_pinned_port_is_an_error_at_start(cluster: LocalCluster, tmp_path: Path) -> None:
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
-    taken = holder.getsockname()[1]
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.mock[0].address,
-             "--exec", cluster.exec_template(), "--listen", f"127.0.0.1:{free_port_run(8)}",
-             "--broker-port", f"2={taken}", "--no-table"],
-            capture_output=True, text=True, timeout=60,
-            env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path)},
-        )  # fmt: skip
-    finally:
-        holder.close()
-    assert result.returncode == 2
-    assert f"port {taken} on 127.0.0.1 is already in use by python (pid {os.getpid()})" in (
-        result.stderr
-    )
-    assert "--broker-port 2=PORT" in result.stderr
-
-
 def test_a_bug_on_one_connection_closes_that_connection_only(cluster: LocalCluster) -> None:
     """An exception no input should cause (here: the address map failing once) ends the
     connection it happened on, with a message that says it is a bug; the event loop and
