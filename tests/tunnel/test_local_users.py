@@ -27,6 +27,7 @@ from kafkatunnel.pids import ours
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.control import fetch
+from kafkatunnel.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 
@@ -120,8 +121,8 @@ def test_down_stops_only_a_kafkatunnel_of_the_same_user(
     user: root's tunnel is not nobody's, and a process of root's own that is no
     kafkatunnel (a state file left stale, its pid reused) is left alone."""
     named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "kafkatunnel"])
-    try:
-        assert ours(named.pid)
+    try:  # ours once it has exec'd (before that, /proc shows the test's own command line)
+        wait_for(lambda: ours(named.pid), timeout=10, what="a root process named kafkatunnel")
         assert as_nobody(lambda: ours(named.pid)) is False
     finally:
         named.kill()
