@@ -259,7 +259,7 @@ def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
     sockets = None
     if dns.enabled:
         try:
-            sockets = bind_dns(*parse_listen(dns.listen))
+            sockets = bind_dns(*parse_listen(dns.listen, "--dns-listen"))
         except OSError as cause:
             error(str(cause))
             raise typer.Exit(2) from None
@@ -331,13 +331,15 @@ def parse_broker_ports(entries: list[str]) -> dict[int, int]:
     return ports
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
+def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     try:
         host, port = split_address(listen)
     except ValueError:
-        raise typer.BadParameter(f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092") from None
+        raise typer.BadParameter(
+            f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092", param_hint=flag
+        ) from None
     if not 0 < port < 65536:
-        raise typer.BadParameter(f"port {port} is not between 1 and 65535")
+        raise typer.BadParameter(f"port {port} is not between 1 and 65535", param_hint=flag)
     return host, port
 
 
@@ -462,7 +464,7 @@ def run_up(
             broker_ports=parse_broker_ports(broker_ports),
             connect_timeout=connect_timeout,
             mode=mode,
-            dns_listen=parse_listen(dns.listen) if dns.enabled else None,
+            dns_listen=parse_listen(dns.listen, "--dns-listen") if dns.enabled else None,
             first_dns_address=dns.first_address,
             brokers=list(brokers or []),
             record_dir=record.directory if record else None,
@@ -473,7 +475,9 @@ def run_up(
             max_brokers=max_brokers,
             max_connections=max_connections,
             dns_zones=dns.zones,
-            metrics_listen=parse_listen(metrics_listen) if metrics_listen else None,
+            metrics_listen=parse_listen(metrics_listen, "--metrics-listen")
+            if metrics_listen
+            else None,
             dns_sockets=privileges.dns_sockets if privileges else None,
         )
     except ValueError as cause:
