@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
@@ -32,7 +31,6 @@ from kafkatunnel.protocol import (
 from kafkatunnel.protocol.rewrite import NOT_REWRITTEN_WITH_ENDPOINTS
 from kafkatunnel.protocol.schema import known_versions, response_plan
 from tests.kio_messages import (
-    decode,
     encode,
     map_addresses,
     response_body,
@@ -86,8 +84,9 @@ def test_rewrite_changes_only_addresses(api_key: int, version: int, data: st.Dat
 
     result = rewrite_response(wire, api_key, version, tunnel_mapper)
 
-    entity_type = load_response_schema(api_key, version)
-    assert decode(entity_type, response_body(api_key, version, result.frame)) == expected
+    # Compared as bytes: kio's encoding is canonical, and generated datetimes can fall in a
+    # repeated hour (PEP 495), where they never equal the same instant read back in UTC.
+    assert response_body(api_key, version, result.frame) == encode(expected)
     assert sorted(result.seen, key=repr) == sorted(expected_seen, key=repr)
     assert int.from_bytes(result.frame[:4], "big") == len(result.frame) - 4
     assert result.frame[4:8] == wire[4:8]  # the correlation id
