@@ -71,6 +71,25 @@ REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and ack
 ERROR_FIRST_APIS = frozenset({10, 11, 12, 13, 14, 22, 25, 26, 68})
 
 
+class BrokersUnknown(Exception):
+    """An answer names brokers the mapper has no tunnel address for yet (raised inside this
+    module only: a Direction stops there and hands them to its caller)."""
+
+    def __init__(self, brokers: tuple[BrokerAddress, ...]) -> None:
+        super().__init__(f"{len(brokers)} brokers not learned yet")
+        self.brokers = brokers
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """Where a direction stopped: the frame (or walked frame's tail) that names brokers
+    not learned yet, and every broker it names."""
+
+    held: bytes
+    tail: bool
+    brokers: tuple[BrokerAddress, ...]
+
+
 @dataclass
 class ExchangeStats:
     requests: dict[int, int] = field(default_factory=dict)  # per API key
@@ -108,6 +127,10 @@ class _Splitter:
         self._compact = False  # the walked message is of a flexible version
         self._request: ReadRequest | None = None
         self._walk_from = 0  # where in the frame its walk starts
+        # Stopped at an answer naming brokers not learned yet (see unknown_brokers), and
+        # the bytes fed since, to be read on resume().
+        self._stop: _Stop | None = None
+        self._unfed: list[bytes] = []
 
     @property
     def mid_frame(self) -> bool:
@@ -117,6 +140,8 @@ class _Splitter:
     def unread(self) -> int:
         """Bytes of the current frame that may pass on without being read at all: the I/O
         layer can move them outside this object (splice) and then call skip()."""
+        if self._stop is not None:
+            return 0
         if self.records_only and self._walk is None:
             return 0  # passing, but to be read: only a walk's records go unread
         return self._passing
@@ -124,7 +149,37 @@ class _Splitter:
     @property
     def awaited(self) -> int:
         """Bytes still missing of a frame held whole (the I/O layer reads them in bulk)."""
+        if self._stop is not None:
+            return 0
         return self._want - len(self._held) if self._whole or self._tail else 0
+
+    @property
+    def unknown_brokers(self) -> tuple[BrokerAddress, ...]:
+        """Brokers to learn before this direction goes on (empty: it is not stopped): feed()
+        stopped at an answer naming them. The caller gives each a tunnel address, so the
+        mapper knows them, then calls resume()."""
+        return self._stop.brokers if self._stop is not None else ()
+
+    def resume(self) -> list[Chunk]:
+        """Go on from where feed() stopped, once its unknown brokers are learned: the answer
+        rewritten, then whatever was fed after it (which may stop again, at a later answer)."""
+        stop, self._stop = self._stop, None
+        if stop is None:
+            return []
+        out: list[Chunk] = []
+        if stop.tail:
+            self._tail_read(stop.held, out)
+        else:
+            self._whole_frame(stop.held, out)
+        if self._stop is not None:
+            raise RuntimeError(f"resumed before learning the brokers: {self._stop.brokers}")
+        unfed, self._unfed = self._unfed, []
+        for index, data in enumerate(unfed):
+            self._feed(memoryview(data), out)
+            if self._stop is not None:
+                self._unfed.extend(unfed[index + 1 :])
+                break
+        return out
 
     def observe(self, on_frame_seen: FrameSeen) -> None:
         """Tell on_frame_seen of every frame once it has passed on whole: a recording
@@ -147,6 +202,10 @@ class _Splitter:
                 self._frame_seen()
 
     def feed(self, data: bytes) -> list[Chunk]:
+        """What of `data` (and what came before) passes on now; see unknown_brokers."""
+        if self._stop is not None:
+            self._unfed.append(data)
+            return []
         out: list[Chunk] = []
         self._feed(memoryview(data), out)
         return out
@@ -154,7 +213,7 @@ class _Splitter:
     def _feed(self, view: memoryview, out: list[Chunk]) -> None:
         pos, end = 0, len(view)
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
-        while pos < end:
+        while pos < end and self._stop is None:
             if self._passing:
                 take = min(self._passing, end - pos)
                 if run < 0:
@@ -235,10 +294,17 @@ class _Splitter:
                 self._feed(memoryview(held)[start:], out)  # what the head held beyond
         if run >= 0:
             out.append(view[run:pos])
+        if pos < end:  # stopped: kept for resume(), after what an inner _feed kept
+            self._unfed.append(bytes(view[pos:]))
 
     def _whole_frame(self, held: bytes, out: list[Chunk]) -> None:
         """A frame held whole: pass on what on_frame makes of it."""
-        out.append(self.on_frame(held))
+        try:
+            made = self.on_frame(held)
+        except BrokersUnknown as stop:
+            self._stop = _Stop(held, False, stop.brokers)
+            return
+        out.append(made)
         self._reset()
         if self._parts is not None:
             self._parts.append(out[-1])
@@ -246,7 +312,12 @@ class _Splitter:
 
     def _tail_read(self, tail: bytes, out: list[Chunk]) -> None:
         """A walked frame's tail is here: pass on what on_tail makes of it."""
-        out.append(self.on_tail(tail))
+        try:
+            made = self.on_tail(tail)
+        except BrokersUnknown as stop:
+            self._stop = _Stop(tail, True, stop.brokers)
+            return
+        out.append(made)
         self._walk, self._tail, self._lenient = None, False, False
         self._walked()
         self._reset()
@@ -449,8 +520,8 @@ class _Responses(_Splitter):
     def on_frame(self, whole: bytes) -> bytes:
         request = self._current
         assert request is not None
+        out = self.exchange.transform_response(request, whole)  # may stop: BrokersUnknown
         self._current = None
-        out = self.exchange.transform_response(request, whole)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, out)
         return out
@@ -458,8 +529,9 @@ class _Responses(_Splitter):
     def on_tail(self, tail: bytes) -> bytes:
         request, plan = self._current, self._plan
         assert request is not None and plan is not None
+        out = self.exchange.transform_tail(plan, tail)  # may stop: BrokersUnknown
         self._current = self._plan = None
-        return self.exchange.transform_tail(plan, tail)
+        return out
 
 
 class Exchange:
@@ -472,7 +544,6 @@ class Exchange:
         caps: dict[int, range],
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         on_request: Callable[[RequestHeader], None] | None = None,
         records_only: bool = False,
     ) -> None:
@@ -482,7 +553,6 @@ class Exchange:
         self.caps = caps
         self.tracker = CorrelationTracker()
         self.stats = ExchangeStats()
-        self._learn = learn
         self._on_request = on_request
         self._requests = _Requests(self, max_frame_size, records_only)
         self._responses = _Responses(self, max_frame_size, records_only)
@@ -529,15 +599,13 @@ class Exchange:
     def _rewrite(
         self, rewrite: Callable[[Mapper], T], named: Callable[[], tuple[BrokerAddress, ...]]
     ) -> T:
-        """rewrite(mapper); if the answer names a broker the mapper does not know yet, first
-        learn every broker it names (new brokers get listeners first), then rewrite again."""
+        """rewrite(mapper); if the answer names a broker the mapper does not know yet, stop
+        with every broker it names (the caller learns them, so new brokers have listeners
+        before any client hears of them, and resumes)."""
         try:
             return rewrite(self.mapper)
         except UnknownBroker:
-            if self._learn is None:
-                raise
-            self._learn(named())
-            return rewrite(self.mapper)
+            raise BrokersUnknown(named()) from None
 
     def observe_error(self, request: InFlight, head: bytes) -> None:
         """Count a coordinator answer's error code (NOT_COORDINATOR among them)."""
@@ -547,14 +615,18 @@ class Exchange:
 
 
 class Direction(Protocol):
-    """One direction of a connection as the I/O layer drives it: bytes in, bytes out, and
-    how many of the coming bytes need not be read at all."""
+    """One direction of a connection as the I/O layer drives it: bytes in, bytes out, how
+    many of the coming bytes need not be read at all, and brokers to learn before it goes on
+    (then resume)."""
 
     def feed(self, data: bytes) -> list[Chunk]: ...
     @property
     def unread(self) -> int: ...
     @property
     def awaited(self) -> int: ...
+    @property
+    def unknown_brokers(self) -> tuple[BrokerAddress, ...]: ...
+    def resume(self) -> list[Chunk]: ...
     def skip(self, count: int) -> None: ...
     def close(self) -> None: ...
 
@@ -564,9 +636,13 @@ class _Untouched:
 
     unread = sys.maxsize
     awaited = 0
+    unknown_brokers: tuple[BrokerAddress, ...] = ()
 
     def feed(self, data: bytes) -> list[Chunk]:
         return [data]
+
+    def resume(self) -> list[Chunk]:
+        return []
 
     def skip(self, count: int) -> None:
         return None

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Exchange, PassThrough
+from kafkatunnel.protocol.rewrite import BrokerAddress
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
@@ -38,6 +39,7 @@ class ClientConnection:
         on_close: Callable[[ClientConnection], None],
         record: Callable[[Endpoint, Address, Address], Recording] | None = None,
         zero_copy: bool = True,
+        learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -46,6 +48,7 @@ class ClientConnection:
         self.on_close = on_close
         self.record = record
         self.zero_copy = zero_copy
+        self.learn = learn  # brokers the answers name, given tunnel addresses
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
         self.upstream: Upstream | None = None
@@ -124,6 +127,7 @@ class ClientConnection:
                 on_source_end=self._broker_ended,
                 on_sink_error=lambda _: self.close(),  # the client went away
                 on_chunks=None if streamed is None else streamed.to_client,
+                learn=self.learn,
             ),
         ]
         for pump in self.pumps:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.passage import Chunk, Direction
+from kafkatunnel.protocol.rewrite import BrokerAddress
 
 log = logging.getLogger("kafkatunnel.relay")
 ZERO_COPY = hasattr(os, "splice")  # Linux; elsewhere every byte is read and written
@@ -65,7 +66,8 @@ class Pump:
 
     on_source_end(cause): the source ended (cause None) or failed (OSError), or its bytes
     broke the protocol (ProtocolError). on_sink_error(error): writing the sink failed.
-    Either way the Pump has stopped reading; the owner decides the rest."""
+    Either way the Pump has stopped reading; the owner decides the rest. learn(brokers):
+    give brokers an answer names their tunnel addresses before the answer passes on."""
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class Pump:
         on_source_end: Callable[[BaseException | None], None],
         on_sink_error: Callable[[OSError], None],
         on_chunks: Callable[[list[Chunk]], None] | None = None,
+        learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
@@ -89,6 +92,7 @@ class Pump:
         self.on_source_end = on_source_end
         self.on_sink_error = on_sink_error
         self.on_chunks = on_chunks  # what was read and passed on (a transparent recording's)
+        self.learn = learn
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: tuple[int, int, int] | None = None
@@ -169,6 +173,11 @@ class Pump:
         self.on_bytes(len(data))
         try:
             chunks = self.direction.feed(data)
+            while self.direction.unknown_brokers:
+                if self.learn is None:
+                    raise RuntimeError("an answer names brokers, and nobody learns them")
+                self.learn(self.direction.unknown_brokers)
+                chunks += self.direction.resume()
         except ProtocolError as error:
             self._source_ended(error)
             return False

@@ -389,6 +389,7 @@ class Tunnel:
             self._closed,
             self._record if self.recorder is not None else None,
             self.config.zero_copy,
+            learn=self.registry.learn,
         )
         self.connections.add(connection)
         return connection
@@ -419,7 +420,6 @@ class Tunnel:
             self.registry.map,
             self.caps,
             max_frame_size=self.config.max_frame_size,
-            learn=self.registry.learn,
             on_request=endpoint.count_request,
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,

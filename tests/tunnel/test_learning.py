@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
 from kio.static.primitive import i32Timedelta
@@ -53,16 +54,27 @@ class Learner:
         self.registry.learn(addresses)
 
 
-def answer(exchange: Exchange, correlation_id: int, brokers: dict[int, str]) -> bytes:
+def fed(exchange: Exchange, data: bytes, learner: Learner) -> bytes:
+    """Feed the answers' direction as the relay does: learn what it stops at, resume."""
+    chunks = exchange.responses.feed(data)
+    while exchange.responses.unknown_brokers:
+        learner.learn(exchange.responses.unknown_brokers)
+        chunks += exchange.responses.resume()
+    return b"".join(chunks)
+
+
+def answer(
+    exchange: Exchange, correlation_id: int, brokers: dict[int, str], learner: Learner
+) -> bytes:
     exchange.requests.feed(ask(correlation_id))
-    return b"".join(exchange.responses.feed(metadata_answer(correlation_id, brokers)))
+    return fed(exchange, metadata_answer(correlation_id, brokers), learner)
 
 
 def test_new_brokers_get_ports_in_node_id_order_before_the_answer_is_rewritten() -> None:
     learner = Learner()
-    exchange = Exchange(learner.registry.map, rewrite_caps(), learn=learner.learn)
+    exchange = Exchange(learner.registry.map, rewrite_caps())
 
-    out = answer(exchange, 1, {2: "kafka-2.kafka", 0: "kafka-0.kafka", 1: "kafka-1.kafka"})
+    out = answer(exchange, 1, {2: "kafka-2.kafka", 0: "kafka-0.kafka", 1: "kafka-1.kafka"}, learner)
 
     assert [e.node_id for e in learner.created] == [0, 1, 2]
     assert [e.listen_port for e in learner.created] == [19093, 19094, 19095]
@@ -76,11 +88,11 @@ def test_new_brokers_get_ports_in_node_id_order_before_the_answer_is_rewritten()
 
 def test_an_answer_naming_only_known_brokers_is_not_walked_to_learn() -> None:
     learner = Learner()
-    exchange = Exchange(learner.registry.map, rewrite_caps(), learn=learner.learn)
+    exchange = Exchange(learner.registry.map, rewrite_caps())
     brokers = {0: "kafka-0.kafka", 1: "kafka-1.kafka"}
-    first = answer(exchange, 1, brokers)
+    first = answer(exchange, 1, brokers, learner)
 
-    again = answer(exchange, 2, brokers)
+    again = answer(exchange, 2, brokers, learner)
 
     assert len(learner.lessons) == 1
     assert again[8:] == first[8:]  # the same answer but for the correlation id
@@ -89,10 +101,10 @@ def test_an_answer_naming_only_known_brokers_is_not_walked_to_learn() -> None:
 
 def test_a_broker_that_moved_keeps_its_tunnel_port() -> None:
     learner = Learner()
-    exchange = Exchange(learner.registry.map, rewrite_caps(), learn=learner.learn)
-    answer(exchange, 1, {0: "kafka-0.kafka", 1: "kafka-1.kafka"})
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    answer(exchange, 1, {0: "kafka-0.kafka", 1: "kafka-1.kafka"}, learner)
 
-    out = answer(exchange, 2, {0: "kafka-0.kafka", 1: "kafka-1.moved"})
+    out = answer(exchange, 2, {0: "kafka-0.kafka", 1: "kafka-1.moved"}, learner)
 
     assert len(learner.lessons) == 2
     assert learner.registry.brokers[1].advertised_host == "kafka-1.moved"
@@ -102,10 +114,48 @@ def test_a_broker_that_moved_keeps_its_tunnel_port() -> None:
 
 def test_a_broker_joining_later_gets_the_next_port() -> None:
     learner = Learner()
-    exchange = Exchange(learner.registry.map, rewrite_caps(), learn=learner.learn)
-    answer(exchange, 1, {0: "kafka-0.kafka", 1: "kafka-1.kafka"})
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    answer(exchange, 1, {0: "kafka-0.kafka", 1: "kafka-1.kafka"}, learner)
 
-    out = answer(exchange, 2, {0: "kafka-0.kafka", 1: "kafka-1.kafka", 5: "kafka-5.kafka"})
+    out = answer(exchange, 2, {0: "kafka-0.kafka", 1: "kafka-1.kafka", 5: "kafka-5.kafka"}, learner)
 
     assert [(e.node_id, e.listen_port) for e in learner.created][-1] == (5, 19095)
     assert ("127.0.0.1", 19095) in {(a.host, a.port) for a in addresses_in(out, 3, 12)}
+
+
+def test_the_answers_direction_stops_at_unknown_brokers_and_resumes_in_order() -> None:
+    """The protocol core does no I/O: it stops at an answer naming brokers it has no address
+    for, hands them over, and keeps what came after that answer until resume()."""
+    learner = Learner()
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    exchange.requests.feed(ask(1) + ask(2))
+    first = metadata_answer(1, {0: "kafka-0.kafka"})
+    second = metadata_answer(2, {0: "kafka-0.kafka", 1: "kafka-1.kafka"})
+
+    assert exchange.responses.feed(first + second[:10]) == []
+    assert [b.node_id for b in exchange.responses.unknown_brokers] == [0]
+    assert exchange.responses.unread == exchange.responses.awaited == 0
+    assert exchange.responses.feed(second[10:]) == []  # kept while stopped
+    assert learner.created == []  # nothing learned behind the caller's back
+
+    learner.learn(exchange.responses.unknown_brokers)
+    out = b"".join(exchange.responses.resume())
+    assert [b.node_id for b in exchange.responses.unknown_brokers] == [0, 1]
+    learner.learn(exchange.responses.unknown_brokers)
+    out += b"".join(exchange.responses.resume())
+
+    assert not exchange.responses.unknown_brokers
+    size = int.from_bytes(out[:4], "big") + 4
+    assert [a.port for a in addresses_in(out[:size], 3, 12)] == [19093]
+    assert sorted(a.port for a in addresses_in(out[size:], 3, 12)) == [19093, 19094]
+    assert exchange.stats.rewritten == 2
+
+
+def test_resuming_without_learning_is_a_bug_not_a_loop() -> None:
+    learner = Learner()
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    exchange.requests.feed(ask(1))
+    exchange.responses.feed(metadata_answer(1, {0: "kafka-0.kafka"}))
+
+    with pytest.raises(RuntimeError, match="resumed before learning"):
+        exchange.responses.resume()
