@@ -23,9 +23,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer._click.core import Command, Context
 from typer.core import TyperGroup
 
 from kafkatunnel.cli.main import command as kafkatunnel_command
@@ -115,7 +115,8 @@ def _words(line: str) -> list[str]:
     return words
 
 
-def _parse(command: Command, args: list[str], parent: Context | None, name: str) -> None:
+def _parse(command: Any, args: list[str], parent: Any, name: str) -> None:
+    """Parse as click would (its classes are typer's private names: taken as they come)."""
     ctx = command.make_context(name, list(args), parent=parent)
     if isinstance(command, TyperGroup):
         rest = [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])), *ctx.args]

@@ -85,3 +85,20 @@ def test_no_import_circles() -> None:
         if module not in state:
             visit(module, [module])
     assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_no_private_module_of_another_package_is_imported() -> None:
+    """A library's private modules (typer._click, say) change without notice: the package
+    uses only public names."""
+    private = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                if not name.startswith("kafkatunnel") and any(
+                    part.startswith("_") and part != "__future__" for part in name.split(".")
+                ):
+                    private.append(f"{module_name(path)} imports {name}")
+    assert private == []

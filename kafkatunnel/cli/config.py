@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from typer._click.core import Context, ParameterSource
 from typer.core import TyperGroup as Group
 
 from kafkatunnel.cli.options import json_option
@@ -35,15 +34,15 @@ def config_show(
     show(ctx, make_console(), command, list(ctx.args), as_json)
 
 
-SOURCES = {
-    ParameterSource.COMMANDLINE: "flag",
-    ParameterSource.ENVIRONMENT: "environment",
-    ParameterSource.DEFAULT_MAP: "profile",
-    ParameterSource.DEFAULT: "default",
+SOURCES = {  # click's ParameterSource names (typer keeps the enum private)
+    "COMMANDLINE": "flag",
+    "ENVIRONMENT": "environment",
+    "DEFAULT_MAP": "profile",
+    "DEFAULT": "default",
 }
 
 
-def effective(ctx: Context, command_name: str, args: list[str]) -> list[dict[str, Any]]:
+def effective(ctx: typer.Context, command_name: str, args: list[str]) -> list[dict[str, Any]]:
     """Each setting of a command as `command ARGS` would get it, and where it came from."""
     root = ctx.find_root()
     group = root.command
@@ -54,7 +53,7 @@ def effective(ctx: Context, command_name: str, args: list[str]) -> list[dict[str
     rows = []
     for name, setting in settings_of(command).items():
         source = sub.get_parameter_source(name)
-        where = SOURCES.get(source, "default") if source is not None else "default"
+        where = SOURCES.get(source.name, "default") if source is not None else "default"
         detail = {
             "flag": f"--{setting.key}",
             "environment": setting.variable,
@@ -66,7 +65,9 @@ def effective(ctx: Context, command_name: str, args: list[str]) -> list[dict[str
     return rows
 
 
-def show(ctx: Context, console: Console, command_name: str, args: list[str], as_json: bool) -> None:
+def show(
+    ctx: typer.Context, console: Console, command_name: str, args: list[str], as_json: bool
+) -> None:
     rows = effective(ctx, command_name, args)
     chosen = ctx.find_root().obj
     if as_json:

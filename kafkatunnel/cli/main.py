@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 import typer
-from typer._click.core import Command
+from typer.core import TyperCommand, TyperGroup
 
 from kafkatunnel.cli import background, config, coordinator, demo, dns, doctor, tunnel, verify
 from kafkatunnel.cli.output import (
@@ -68,27 +68,30 @@ app.add_typer(config.app, name="config")
 app.command()(demo.demo)
 
 
-def command() -> Command:
+def command() -> TyperGroup:
     """The click command behind the app, ready to run: environment variables added, flags
     shown as flags, and plain-text help where Rich would have to cut lines."""
     group = typer.main.get_command(app)
-    add_environment_variables(group)  # type: ignore[arg-type]
+    assert isinstance(group, TyperGroup)
+    add_environment_variables(group)
     plain = not fits_terminal(sys.stdout)
     if plain:  # click wraps and shortens help to fit its width: give it one nothing reaches
         group.context_settings.update(terminal_width=UNBOUNDED, max_content_width=UNBOUNDED)
     for each in _walk(group):
         if plain:
-            each.rich_markup_mode = None  # type: ignore[attr-defined]
+            each.rich_markup_mode = None
         for param in each.params:
             if getattr(param, "is_flag", False) or getattr(param, "count", False):
                 param.metavar = ""  # a flag takes no value: show none
     return group
 
 
-def _walk(group: Command) -> list[Command]:
-    found = [group]
-    for sub in getattr(group, "commands", {}).values():
-        found.extend(_walk(sub))
+def _walk(command: TyperCommand | TyperGroup) -> list[TyperCommand | TyperGroup]:
+    found = [command]
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            assert isinstance(sub, TyperCommand | TyperGroup)
+            found.extend(_walk(sub))
     return found
 
 

@@ -5,17 +5,32 @@ those commands is a setting of the same name."""
 from __future__ import annotations
 
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import typer
-from typer._click.core import Command, Parameter
 from typer.core import TyperGroup as Group
 
 from kafkatunnel.cli.output import error, warning
 from kafkatunnel.cli.profiles import ConfigError, Setting, check_environment, load_profile
 
 CONFIGURABLE = ("up", "doctor")
+
+
+class Parameter(Protocol):
+    """What is read of a command's parameter (typer's click parameters, by their shape:
+    typer keeps click's classes private)."""
+
+    @property
+    def opts(self) -> list[str]: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+class Command(Protocol):
+    @property
+    def params(self) -> Sequence[Parameter]: ...
 
 
 def _setting(param: Parameter) -> Setting | None:

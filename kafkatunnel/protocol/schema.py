@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
+import typing
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_schema_field_type,
-    is_optional,
-)
 from kio.static.constants import EntityType
 
 from kafkatunnel.protocol.errors import UnknownApiKey, UnsupportedVersion
@@ -90,23 +84,44 @@ class StructPlan:
     steps: tuple[int | FieldPlan, ...] = ()
 
 
+def _without_none(hint: Any) -> tuple[Any, bool]:
+    """`X | None` -> (X, True); any other type hint -> (it, False)."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = typing.get_args(hint)
+        if type(None) in args:
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) == 1:
+                return rest[0], True
+    return hint, False
+
+
+def _shape(field: dataclasses.Field[Any]) -> tuple[type | None, bool, bool]:
+    """How kio types a field: the entity class inside it (None: a primitive), whether it is
+    an array (`tuple[X, ...]`), and whether it is nullable (the array, or its item)."""
+    hint, nullable = _without_none(field.type)
+    array = typing.get_origin(hint) is tuple
+    if array:
+        hint, item_nullable = _without_none(typing.get_args(hint)[0])
+        nullable = nullable or item_nullable
+    entity = hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+    return entity, array, nullable
+
+
 def _field_plan(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> FieldPlan:
-    cls = classify_field(field)
+    entity, array, optional = _shape(field)
     # A tagged field's presence is its nullability; its value is encoded as non-null.
-    nullable = False if tagged else is_optional(field)
-    if isinstance(cls, EntityTupleField):
-        sub = struct_plan(cls.type_)
-        return FieldPlan(field.name, Kind.STRUCT_ARRAY, "struct", 0, nullable, flexible, sub)
-    if isinstance(cls, EntityField):
-        sub = struct_plan(cls.type_)
-        return FieldPlan(field.name, Kind.STRUCT, "struct", 0, nullable, flexible, sub)
-    kafka_type = get_schema_field_type(field)
+    nullable = False if tagged else optional
+    if entity is not None:
+        sub = struct_plan(entity)
+        kind = Kind.STRUCT_ARRAY if array else Kind.STRUCT
+        return FieldPlan(field.name, kind, "struct", 0, nullable, flexible, sub)
+    kafka_type = str(field.metadata["kafka_type"])  # kio's name of the field's Kafka type
     if kafka_type in FIXED_SIZES:
-        kind = Kind.FIXED_ARRAY if isinstance(cls, PrimitiveTupleField) else Kind.FIXED
+        kind = Kind.FIXED_ARRAY if array else Kind.FIXED
         size = FIXED_SIZES[kafka_type]
         return FieldPlan(field.name, kind, kafka_type, size, nullable, flexible, None)
     if kafka_type in VARIABLE_TYPES:
-        kind = Kind.VARIABLE_ARRAY if isinstance(cls, PrimitiveTupleField) else Kind.VARIABLE
+        kind = Kind.VARIABLE_ARRAY if array else Kind.VARIABLE
         return FieldPlan(field.name, kind, kafka_type, 0, nullable, flexible, None)
     raise NotImplementedError(f"kafka type {kafka_type!r} of field {field.name!r}")
 
