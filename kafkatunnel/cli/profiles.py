@@ -46,6 +46,7 @@ OTHER_VARIABLES = {
     "KAFKATUNNEL_PROFILE": "the profile (--profile)",
     "KAFKATUNNEL_STATE_DIR": "where running tunnels leave their state files",
     "KAFKATUNNEL_CLIENT_CONFIG": "extra client settings for the workload helper",
+    "KAFKATUNNEL_TLS_PASSWORD": "the password of an encrypted --tls-key",
 }
 TOP_LEVEL = ("profile", "profiles")
 

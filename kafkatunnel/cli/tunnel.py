@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import signal
 import socket
@@ -55,6 +56,7 @@ from kafkatunnel.tunnel import (
 )
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
+from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context
 from kafkatunnel.tunnel.tunnel import DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.view import status_table
 
@@ -154,7 +156,29 @@ def up(
         [],
         "--broker",
         metavar="HOST:PORT",
-        help="An advertised HOST:PORT known up front (repeatable; TLS clusters).",
+        help="An advertised HOST:PORT known up front (repeatable).",
+    ),
+    tls: bool = typer.Option(
+        False, "--tls", help="Speak TLS to the brokers, verifying each by its advertised name."
+    ),
+    tls_ca: Path | None = typer.Option(
+        None, metavar="FILE", help="PEM bundle of the CAs to trust (default: the system's)."
+    ),
+    tls_cert: Path | None = typer.Option(
+        None, metavar="FILE", help="Client certificate for mTLS, PEM (may hold its key too)."
+    ),
+    tls_key: Path | None = typer.Option(
+        None, metavar="FILE", help="Private key of --tls-cert, PEM."
+    ),
+    tls_password_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="File holding the password of an encrypted --tls-key (or KAFKATUNNEL_TLS_PASSWORD).",
+    ),
+    tls_insecure: bool = typer.Option(
+        False,
+        "--tls-insecure",
+        help="Verify nothing about the brokers' certificates (broken test clusters only).",
     ),
     context: str | None = context_option(),
     namespace: str | None = namespace_option(),
@@ -204,12 +228,14 @@ def up(
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
+    tls_options = parse_tls(tls, tls_ca, tls_cert, tls_key, tls_password_file, tls_insecure)
     run_up(
         console, bootstrap=bootstrap, forwarder=forwarder, listen=listen,
         broker_ports=broker_port, connect_timeout=connect_timeout, table=table, loop=loop,
         mode=mode, dns=dns_options, brokers=broker, record=record_options,
         zero_copy=zero_copy, start_timeout=start_timeout, max_brokers=max_brokers,
         max_connections=max_connections, metrics_listen=metrics_listen, privileges=privileges,
+        tls=tls_options,
     )  # fmt: skip
 
 
@@ -381,6 +407,44 @@ class RecordOptions:
         return cls(Path(directory), rotate_bytes, payloads)
 
 
+PASSWORD_VARIABLE = "KAFKATUNNEL_TLS_PASSWORD"
+
+
+def parse_tls(
+    enabled: bool,
+    ca: Path | None,
+    cert: Path | None,
+    key: Path | None,
+    password_file: Path | None,
+    insecure: bool,
+) -> TlsOptions | None:
+    """The TLS options, or None without --tls (a --tls-* option alone is a mistake)."""
+    if not enabled:
+        given = [flag for flag, value in (("--tls-ca", ca), ("--tls-cert", cert),
+                 ("--tls-key", key), ("--tls-password-file", password_file),
+                 ("--tls-insecure", insecure)) if value]  # fmt: skip
+        if given:
+            raise typer.BadParameter(f"{given[0]} goes with --tls", param_hint="--tls")
+        return None
+    password = None
+    if password_file is not None:
+        try:
+            password = password_file.read_bytes().rstrip(b"\r\n")
+        except OSError as cause:
+            raise typer.BadParameter(
+                f"cannot read {password_file}: {cause.strerror or cause}",
+                param_hint="--tls-password-file",
+            ) from None
+    elif PASSWORD_VARIABLE in os.environ:
+        password = os.environ[PASSWORD_VARIABLE].encode()
+    options = TlsOptions(ca, cert, key, password, insecure)
+    try:
+        client_context(options)  # every file readable and usable, now rather than later
+    except TlsSetupError as cause:
+        raise typer.BadParameter(str(cause), param_hint="--tls") from None
+    return options
+
+
 def _check_writable(directory: Path) -> None:
     """Fail now, not at the first connection, when recordings cannot be written there (a
     directory of someone else's is refused: they could read or replace what we record)."""
@@ -427,9 +491,12 @@ def run_up(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     metrics_listen: str | None = None,
     privileges: Privileges | None = None,
+    tls: TlsOptions | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
+    for warning_text in tls.warnings() if tls else []:
+        console.print(f"[yellow]warning: {warning_text}[/]")
     if host not in LOOPBACK:
         console.print(
             f"[yellow]warning: listening on {host}, not loopback: other machines can reach "
@@ -479,6 +546,7 @@ def run_up(
             if metrics_listen
             else None,
             dns_sockets=privileges.dns_sockets if privileges else None,
+            tls=tls,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None

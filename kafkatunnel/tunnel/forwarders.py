@@ -42,6 +42,7 @@ class Upstream(ABC):
     read_fd: int
     write_fd: int
     on_gone: Callable[[], None] | None = None  # the far end went away without an EOF
+    refused = False  # the far end refused this client for good (a TLS alert): no retry helps
 
     @abstractmethod
     def close(self) -> None:

@@ -19,6 +19,7 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.relay import read_some, write_all
+from kafkatunnel.tunnel.tls import speaks_tls
 
 RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
 
@@ -68,10 +69,22 @@ async def reach(
         await asyncio.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
 
 
+class _Unanswered(ConnectionError):
+    """Closed without a byte of answer, the forwarder blaming nothing: perhaps TLS."""
+
+
+TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")  # an alert, a handshake (RFC 8446 5.1)
+SPEAKS_TLS = "this listener speaks TLS: add --tls (and --tls-ca FILE)"
+
+
 async def _ask(forwarder: Forwarder, host: str, port: int, tls_possible: bool) -> None:
     upstream = await forwarder.open(host, port)
     try:
         await _answered(upstream, tls_possible)
+    except _Unanswered:
+        if await speaks_tls(forwarder, host, port):
+            raise ForwarderError(f"{host}:{port}: {SPEAKS_TLS}", permanent=True) from None
+        raise
     finally:
         upstream.close()
         upstream.release()
@@ -90,14 +103,19 @@ async def _answered(upstream: Upstream, tls_possible: bool) -> None:
             raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
         if not data:
             reason = await upstream.why_ended(None)
+            if reason is not None and upstream.refused:
+                raise ForwarderError(reason, permanent=True)
             if reason is None and tls_possible:
                 return  # a TLS listener hangs up on plaintext: something is there
-            raise ConnectionError(
-                reason
-                or "the broker closed the connection without answering: is this "
-                "address a Kafka listener? (a TLS listener needs --mode transparent --dns)"
+            if reason is not None:
+                raise ConnectionError(reason)
+            raise _Unanswered(
+                "the broker closed the connection without answering: is this address a "
+                "Kafka listener?"
             )
         if tls_possible:
             return
+        if data.startswith(TLS_RECORD_STARTS):
+            raise ForwarderError(SPEAKS_TLS, permanent=True)
         if decoder.feed(data):
             return

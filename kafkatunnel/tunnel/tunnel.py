@@ -42,6 +42,7 @@ from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
+from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context
 
 log = logging.getLogger("kafkatunnel.tunnel")
 PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
@@ -78,10 +79,15 @@ class TunnelConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # client connections held at once
     dns_zones: list[str] = field(default_factory=list)  # resolved besides the derived zones
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode == "transparent" and self.tls is not None:
+            raise ValueError(
+                "--tls is for rewrite mode: transparent mode passes the clients' own TLS through"
+            )
         if self.mode == "transparent" and self.dns_listen is None:
             raise ValueError(
                 "transparent mode needs the DNS shim (--dns): clients keep the brokers' own names"
@@ -103,7 +109,10 @@ class TunnelConfig:
 
 class Tunnel:
     def __init__(self, config: TunnelConfig, forwarder: Forwarder) -> None:
+        """Raises TlsSetupError for TLS options that cannot be used."""
         self.config = config
+        if config.tls is not None:
+            forwarder = TlsForwarder(forwarder, client_context(config.tls))
         self.forwarder = forwarder
         host, port = split_address(config.bootstrap)
         self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)

@@ -1,0 +1,145 @@
+"""TLS clusters in rewrite mode: the tunnel is each broker's TLS client, verifying the
+broker's advertised name through a forward that dials another address, and clients keep
+plaintext. Real TLS: socat's OpenSSL listeners in front of the mock cluster's brokers,
+certificates from a CA the test makes."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.workload import consume_groups, produce, produce_transaction
+from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
+from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.tunnel.tls import TlsOptions
+from tests.pki import TestAuthority
+from tests.tunnel.tls_front import TlsFront
+
+ADVERTISED = "127.0.0.1"  # what the mock brokers advertise: the name TLS checks
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> TestAuthority:
+    return TestAuthority(tmp_path)
+
+
+def _tunnel(cluster: LocalCluster, front: TlsFront, tls: TlsOptions) -> BackgroundTunnel:
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address,
+        listen_port=free_port_run(8),
+        control=False,
+        start_timeout=10,
+        tls=tls,
+    )
+    return BackgroundTunnel(config, ExecForwarder(front.exec_template()))
+
+
+def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over_tls(
+    cluster: LocalCluster, ca: TestAuthority
+) -> None:
+    server = ca.issue("brokers", [ADVERTISED])
+    with TlsFront(cluster, server) as front, _tunnel(cluster, front, TlsOptions(ca.pem)) as tunnel:
+        bootstrap = tunnel.bootstrap_servers
+        topic = f"tls-{uuid.uuid4().hex[:8]}"
+        assert produce(bootstrap, topic, 30, prefix="p") == 30
+        produce_transaction(bootstrap, topic, f"{topic}-tx", 10)
+        spread = cluster.groups_by_coordinator(1, prefix=f"{topic}-g")
+        assert len(spread) == 3
+        groups = {g: 40 for node_groups in spread.values() for g in node_groups}
+        results = consume_groups(bootstrap, groups, topic, timeout=60)
+        for group, result in results.items():
+            assert result.coordinator_errors == [], (group, result.coordinator_errors[:3])
+            assert result.consumed == 40, (group, result.errors[:3])
+        status = tunnel.status()
+        routes = [e["route"] for e in status["endpoints"]]
+        assert len(routes) == 4 and all(r.endswith(", TLS") for r in routes), routes
+
+
+def _expired() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("another name", ["does not name 127.0.0.1", "names DNS:kafka-9.elsewhere.example"]),
+        ("unknown CA", ["unable to get local issuer certificate", "trust the CA", "--tls-ca"]),
+        ("expired", ["certificate has expired", "renew it", "valid until"]),
+    ],
+)
+def test_an_untrusted_broker_stops_up_with_what_its_certificate_says(
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path, case: str, expected: list[str]
+) -> None:
+    """Through the real `up`: exit 2, one message naming the broker, the name checked, the
+    certificate's subject, names, issuer and expiry, and the fix; no traceback."""
+    if case == "another name":
+        server = ca.issue("brokers", ["kafka-9.elsewhere.example"])
+    elif case == "unknown CA":
+        server = TestAuthority(tmp_path / "..", name=f"someone else {uuid.uuid4().hex[:6]}").issue(
+            "brokers", [ADVERTISED]
+        )
+    else:
+        server = ca.issue("brokers", [ADVERTISED], not_after=_expired())
+    with TlsFront(cluster, server) as front:
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address,
+                "--via", "exec", "--exec", front.exec_template(),
+                "--listen", f"127.0.0.1:{free_port_run(8)}",
+                "--tls", "--tls-ca", str(ca.pem), "--start-timeout", "10",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert f"the certificate of {cluster.mock[0].address} was refused" in message, message
+    assert f"name checked: {ADVERTISED}" in message, message
+    assert "issuer CN=" in message, message
+    for words in expected:
+        assert words in message, (words, message)
+    assert "bootstrap.servers=" not in result.stdout
+
+
+def test_mutual_tls_works_with_the_client_certificate_and_says_why_without(
+    cluster: LocalCluster, ca: TestAuthority
+) -> None:
+    server = ca.issue("brokers", [ADVERTISED])
+    client = ca.issue("developer", ["developer"], client=True)
+    with TlsFront(cluster, server, client_ca=ca.pem) as front:
+        with _tunnel(cluster, front, TlsOptions(ca.pem, client.cert, client.key)) as tunnel:
+            topic = f"mtls-{uuid.uuid4().hex[:8]}"
+            assert produce(tunnel.bootstrap_servers, topic, 5) == 5
+
+        with pytest.raises(Exception) as refused:
+            _tunnel(cluster, front, TlsOptions(ca.pem)).start()
+    message = str(refused.value)
+    assert "requires a client certificate (mTLS)" in message, message
+    assert "--tls-cert FILE and --tls-key FILE" in message, message
+
+
+def test_up_without_tls_says_the_listener_speaks_tls(
+    cluster: LocalCluster, ca: TestAuthority
+) -> None:
+    server = ca.issue("brokers", [ADVERTISED])
+    with TlsFront(cluster, server) as front:
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address,
+                "--via", "exec", "--exec", front.exec_template(),
+                "--listen", f"127.0.0.1:{free_port_run(8)}", "--start-timeout", "10",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert "this listener speaks TLS: add --tls (and --tls-ca FILE)" in message, message

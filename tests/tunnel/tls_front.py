@@ -1,0 +1,81 @@
+"""TLS listeners in front of the mock cluster's brokers, made with socat's OPENSSL-LISTEN
+(socat 1.7.4, OpenSSL 3), in the cluster's network.
+
+Broker i advertises 127.0.0.1:P_i. Its TLS listener is 127.0.0.2:P_i, forwarding to the
+broker, with a certificate for whatever names the test wants. The tunnel's exec forwarder
+dials 127.0.0.2:{port} while TLS checks the advertised 127.0.0.1: the address dialled is
+not the name checked, as behind a kubectl port-forward."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.waiting import wait_for
+from tests.pki import Issued
+
+FRONT_HOST = "127.0.0.2"
+
+
+class TlsFront:
+    def __init__(
+        self, cluster: LocalCluster, server: Issued, client_ca: Path | None = None
+    ) -> None:
+        """client_ca: require a client certificate signed by it (mTLS)."""
+        self.cluster = cluster
+        self.server = server
+        self.client_ca = client_ca
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> TlsFront:
+        verify = f"cafile={self.client_ca},verify=1" if self.client_ca else "verify=0"
+        try:
+            for broker in self.cluster.mock:
+                listen = (
+                    f"OPENSSL-LISTEN:{broker.port},bind={FRONT_HOST},reuseaddr,fork,"
+                    f"cert={self.server.cert},key={self.server.key},{verify}"
+                )
+                argv = ["socat", listen, f"TCP:127.0.0.1:{broker.port}"]
+                self.processes.append(
+                    subprocess.Popen(
+                        self.cluster.inside(argv),
+                        stdin=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,  # with its per-connection children: one group
+                    )
+                )
+            for broker in self.cluster.mock:
+                wait_for(
+                    functools.partial(self._listening, broker.port),
+                    timeout=10,
+                    what=f"socat's TLS listener on {FRONT_HOST}:{broker.port}",
+                )
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _listening(self, port: int) -> bool:
+        try:
+            self.cluster.connect(FRONT_HOST, port, timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            process.wait(10)
+        self.processes.clear()
+
+    def exec_template(self) -> str:
+        """Dial each broker's TLS listener (the advertised host stays the name checked)."""
+        prefix = self.cluster.exec_template().split("socat ")[0]
+        return prefix + f"socat STDIO TCP:{FRONT_HOST}:{{port}}"
