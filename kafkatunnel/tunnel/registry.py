@@ -91,6 +91,7 @@ class Endpoint:
     note: str | None = None  # what the user should know, e.g. why its name is not resolved
     api_requests: dict[int, int] = field(default_factory=dict)  # per API key
     closed: Tally = field(default_factory=Tally)  # of its closed connections
+    tls: dict[str, object] | None = None  # the last TLS session with it (--tls)
 
     @property
     def advertised(self) -> str:
@@ -126,6 +127,7 @@ class Endpoint:
             "last_error": self.last_error,
             "dns_address": self.dns_address,
             "note": self.note,
+            "tls": self.tls,
         }
 
 

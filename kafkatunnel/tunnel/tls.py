@@ -123,11 +123,19 @@ class TlsForwarder(Forwarder):
         self.inner = inner
         self.context = context
         self.kind = inner.kind
+        self.sessions: dict[tuple[str, int], TlsSession] = {}  # the last one per broker
+
+    def session(self, host: str, port: int) -> dict[str, object] | None:
+        """The last TLS session with host:port, for status (None: none yet)."""
+        found = self.sessions.get((host, port))
+        return None if found is None else found.as_dict()
 
     async def open(self, host: str, port: int) -> Upstream:
         upstream = await self.inner.open(host, port)
         try:
-            return await start_tls(upstream, self.context, host)
+            tls = await start_tls(upstream, self.context, host)
+            self.sessions[(host, port)] = TlsSession.of(tls)
+            return tls
         except ssl.SSLCertVerificationError as error:
             upstream.close()
             upstream.release()
@@ -140,7 +148,8 @@ class TlsForwarder(Forwarder):
             raise
 
     def describe(self, host: str, port: int) -> str:
-        return f"{self.inner.describe(host, port)}, TLS"
+        session = self.sessions.get((host, port))
+        return f"{self.inner.describe(host, port)}, {session or 'TLS'}"
 
     def restarts(self, host: str, port: int) -> int:
         return self.inner.restarts(host, port)
@@ -492,6 +501,36 @@ def verification_failure(
         fix = "check the broker's certificate and the CA given with --tls-ca"
     lines.append(f"  fix: {fix}; --tls-insecure turns all checks off, for test clusters only")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TlsSession:
+    """What a broker's TLS session was: its version and the certificate it showed."""
+
+    version: str
+    certificate: CertificateFacts | None
+
+    @classmethod
+    def of(cls, tls: TlsUpstream) -> TlsSession:
+        shown = describe_certificate(tls.certificate) if tls.certificate else None
+        return cls(tls.version, shown)
+
+    def as_dict(self) -> dict[str, object]:
+        shown = self.certificate
+        return {
+            "version": self.version,
+            "subject": None if shown is None else shown.subject,
+            "names": [] if shown is None else shown.names,
+            "issuer": None if shown is None else shown.issuer,
+            "expires": None if shown is None else shown.not_after.isoformat(),
+        }
+
+    def __str__(self) -> str:
+        if self.certificate is None:
+            return self.version
+        return (
+            f"{self.version} {self.certificate.subject} until {self.certificate.not_after:%Y-%m-%d}"
+        )
 
 
 @dataclass(frozen=True)

@@ -441,9 +441,10 @@ class Tunnel:
 
     def status(self) -> dict[str, Any]:
         for endpoint in self.endpoints():  # forwards change state: describe them now
-            endpoint.route = self.forwarder.describe(
-                endpoint.advertised_host, endpoint.advertised_port
-            )
+            host, port = endpoint.advertised_host, endpoint.advertised_port
+            endpoint.route = self.forwarder.describe(host, port)
+            if isinstance(self.forwarder, TlsForwarder):
+                endpoint.tls = self.forwarder.session(host, port)
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,

@@ -43,7 +43,8 @@ def _tunnel(cluster: LocalCluster, front: TlsFront, tls: TlsOptions) -> Backgrou
 def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over_tls(
     cluster: LocalCluster, ca: TestAuthority
 ) -> None:
-    server = ca.issue("brokers", [ADVERTISED])
+    server_expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=20)
+    server = ca.issue("brokers", [ADVERTISED], not_after=server_expiry)
     with TlsFront(cluster, server) as front, _tunnel(cluster, front, TlsOptions(ca.pem)) as tunnel:
         bootstrap = tunnel.bootstrap_servers
         topic = f"tls-{uuid.uuid4().hex[:8]}"
@@ -57,8 +58,13 @@ def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over
             assert result.coordinator_errors == [], (group, result.coordinator_errors[:3])
             assert result.consumed == 40, (group, result.errors[:3])
         status = tunnel.status()
-        routes = [e["route"] for e in status["endpoints"]]
-        assert len(routes) == 4 and all(r.endswith(", TLS") for r in routes), routes
+        sessions = [e["tls"] for e in status["endpoints"]]
+        assert len(sessions) == 4
+        for session in sessions:
+            assert session["version"] in ("TLSv1.2", "TLSv1.3"), session
+            assert session["subject"] == "CN=127.0.0.1" and session["names"] == ["IP:127.0.0.1"]
+            assert session["expires"].startswith(str(server_expiry.date())), session
+        assert all(", TLSv1." in e["route"] for e in status["endpoints"])
 
 
 def _expired() -> datetime.datetime:
