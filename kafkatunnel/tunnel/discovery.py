@@ -20,8 +20,7 @@ async def probe_brokers(
     try:
         return await asyncio.wait_for(_ask(upstream), timeout)
     finally:
-        upstream.close()
-        upstream.release()
+        await upstream.discard()
 
 
 async def _ask(upstream: Upstream) -> list[BrokerAddress]:

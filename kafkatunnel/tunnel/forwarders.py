@@ -56,6 +56,14 @@ class Upstream(ABC):
     async def wait_closed(self) -> None:
         """Until whatever carried the stream is gone (a process reaped, a socket closed)."""
 
+    async def discard(self, wait: float = 2.0) -> None:
+        """Close and release it, then wait (a bounded while) until what carried it is gone:
+        a process is reaped before its event loop may close."""
+        self.close()
+        self.release()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wait_closed(), wait)
+
     async def why_ended(self, error: OSError | None) -> str | None:
         """Why the stream ended (None: a plain close), given what reading it gave."""
         return None if error is None else f"connection to the broker lost: {error.strerror}"

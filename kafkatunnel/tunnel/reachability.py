@@ -86,8 +86,7 @@ async def _ask(forwarder: Forwarder, host: str, port: int, tls_possible: bool) -
             raise ForwarderError(f"{host}:{port}: {SPEAKS_TLS}", permanent=True) from None
         raise
     finally:
-        upstream.close()
-        upstream.release()
+        await upstream.discard()
 
 
 async def _answered(upstream: Upstream, tls_possible: bool) -> None:

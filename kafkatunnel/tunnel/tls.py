@@ -137,8 +137,7 @@ class TlsForwarder(Forwarder):
             self.sessions[(host, port)] = TlsSession.of(tls)
             return tls
         except ssl.SSLCertVerificationError as error:
-            upstream.close()
-            upstream.release()
+            await upstream.discard()
             certificate = await shown_certificate(self.inner, host, port)
             raise ForwarderError(verification_failure(host, port, error, certificate),
                                  permanent=True) from None  # fmt: skip
@@ -190,11 +189,9 @@ async def shown_certificate(
     try:
         tls = await asyncio.wait_for(start_tls(upstream, looking, host), timeout)
     except (ssl.SSLError, OSError, TimeoutError, ForwarderError):
-        upstream.close()
-        upstream.release()
+        await upstream.discard()
         return None
-    tls.close()
-    tls.release()
+    await tls.discard()
     return tls.certificate or b""
 
 

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import consume_groups, produce, produce_transaction
+from kafkatunnel.localcluster.workload import (
+    consume_group,
+    consume_groups,
+    produce,
+    produce_transaction,
+)
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.tls import TlsOptions
@@ -29,15 +34,21 @@ def ca(tmp_path: Path) -> TestAuthority:
     return TestAuthority(tmp_path)
 
 
-def _tunnel(cluster: LocalCluster, front: TlsFront, tls: TlsOptions) -> BackgroundTunnel:
+def _tunnel(
+    cluster: LocalCluster,
+    front: TlsFront,
+    tls: TlsOptions,
+    bootstrap: str | None = None,
+    template: str | None = None,
+) -> BackgroundTunnel:
     config = TunnelConfig(
-        bootstrap=cluster.mock[0].address,
+        bootstrap=bootstrap or cluster.mock[0].address,
         listen_port=free_port_run(8),
         control=False,
         start_timeout=10,
         tls=tls,
     )
-    return BackgroundTunnel(config, ExecForwarder(front.exec_template()))
+    return BackgroundTunnel(config, ExecForwarder(template or front.exec_template()))
 
 
 def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over_tls(
@@ -149,3 +160,24 @@ def test_up_without_tls_says_the_listener_speaks_tls(
     assert "Traceback" not in result.stderr
     message = " ".join(result.stderr.split())
     assert "this listener speaks TLS: add --tls (and --tls-ca FILE)" in message, message
+
+
+def test_a_kubernetes_style_name_is_verified_through_a_forward_to_another_address(
+    cluster: LocalCluster, ca: TestAuthority
+) -> None:
+    """tansu advertises kafka-0.kafka-headless.demo.svc.cluster.local; its TLS listener
+    holds a certificate for that name only, and is dialled at 127.0.0.2."""
+    assert cluster.tansu is not None
+    server = ca.issue("tansu", [cluster.tansu.host])
+    # tansu listens on every address of the cluster's network: its TLS listener is 1PORT
+    routes = {int(f"1{cluster.tansu.port}"): f"127.0.0.1:{cluster.tansu.port}"}
+    with TlsFront(cluster, server, routes=routes) as front:
+        template = front.exec_template(port_prefix="1")
+        tunnel = _tunnel(cluster, front, TlsOptions(ca.pem), cluster.tansu.address, template)
+        with tunnel:
+            topic = f"tls-name-{uuid.uuid4().hex[:8]}"
+            assert produce(tunnel.bootstrap_servers, topic, 20) == 20
+            result = consume_group(tunnel.bootstrap_servers, f"{topic}-g", topic, 20, timeout=60)
+            assert result.consumed == 20, result.errors[:3]
+            sessions = {e["advertised"]: e["tls"] for e in tunnel.status()["endpoints"]}
+        assert sessions[cluster.tansu.address]["names"] == [f"DNS:{cluster.tansu.host}"]

@@ -24,23 +24,29 @@ FRONT_HOST = "127.0.0.2"
 
 class TlsFront:
     def __init__(
-        self, cluster: LocalCluster, server: Issued, client_ca: Path | None = None
+        self,
+        cluster: LocalCluster,
+        server: Issued,
+        client_ca: Path | None = None,
+        routes: dict[int, str] | None = None,
     ) -> None:
-        """client_ca: require a client certificate signed by it (mTLS)."""
+        """client_ca: require a client certificate signed by it (mTLS). routes: TLS port ->
+        the plaintext HOST:PORT behind it (default: each mock broker's own port)."""
         self.cluster = cluster
         self.server = server
         self.client_ca = client_ca
+        self.routes = routes or {b.port: f"127.0.0.1:{b.port}" for b in cluster.mock}
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> TlsFront:
         verify = f"cafile={self.client_ca},verify=1" if self.client_ca else "verify=0"
         try:
-            for broker in self.cluster.mock:
+            for port, behind in self.routes.items():
                 listen = (
-                    f"OPENSSL-LISTEN:{broker.port},bind={FRONT_HOST},reuseaddr,fork,"
+                    f"OPENSSL-LISTEN:{port},bind={FRONT_HOST},reuseaddr,fork,"
                     f"cert={self.server.cert},key={self.server.key},{verify}"
                 )
-                argv = ["socat", listen, f"TCP:127.0.0.1:{broker.port}"]
+                argv = ["socat", listen, f"TCP:{behind}"]
                 self.processes.append(
                     subprocess.Popen(
                         self.cluster.inside(argv),
@@ -49,11 +55,11 @@ class TlsFront:
                         start_new_session=True,  # with its per-connection children: one group
                     )
                 )
-            for broker in self.cluster.mock:
+            for port in self.routes:
                 wait_for(
-                    functools.partial(self._listening, broker.port),
+                    functools.partial(self._listening, port),
                     timeout=10,
-                    what=f"socat's TLS listener on {FRONT_HOST}:{broker.port}",
+                    what=f"socat's TLS listener on {FRONT_HOST}:{port}",
                 )
         except BaseException:
             self.__exit__()
@@ -75,7 +81,8 @@ class TlsFront:
             process.wait(10)
         self.processes.clear()
 
-    def exec_template(self) -> str:
-        """Dial each broker's TLS listener (the advertised host stays the name checked)."""
+    def exec_template(self, port_prefix: str = "") -> str:
+        """Dial each broker's TLS listener on its port, or on that port behind a prefix
+        (port_prefix "1": 19092 for 9092); the advertised host stays the name checked."""
         prefix = self.cluster.exec_template().split("socat ")[0]
-        return prefix + f"socat STDIO TCP:{FRONT_HOST}:{{port}}"
+        return prefix + f"socat STDIO TCP:{FRONT_HOST}:{port_prefix}{{port}}"
