@@ -5,7 +5,9 @@ certificates from a CA the test makes."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import socket
 import subprocess
 import sys
 import uuid
@@ -20,9 +22,10 @@ from kafkatunnel.localcluster.workload import (
     produce,
     produce_transaction,
 )
-from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
+from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.tunnel.tls import TlsOptions
+from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context
+from kafkatunnel.waiting import wait_for
 from tests.pki import TestAuthority
 from tests.tunnel.tls_front import TlsFront
 
@@ -181,3 +184,47 @@ def test_a_kubernetes_style_name_is_verified_through_a_forward_to_another_addres
             assert result.consumed == 20, result.errors[:3]
             sessions = {e["advertised"]: e["tls"] for e in tunnel.status()["endpoints"]}
         assert sessions[cluster.tansu.address]["names"] == [f"DNS:{cluster.tansu.host}"]
+
+
+def test_sni_names_the_advertised_broker_not_the_forwarded_address(tmp_path: Path) -> None:
+    """OpenSSL's s_server (OpenSSL 3.0) shows the certificate for the broker's name only to
+    a handshake whose SNI is that name (any other gets one for wrong.example, which fails
+    verification); the tunnel dials 127.0.0.1 and still sends the name."""
+    ca = TestAuthority(tmp_path)
+    name = "kafka-1.kafka-headless.shop.svc.cluster.local"
+    right, wrong = ca.issue("right", [name]), ca.issue("wrong", ["wrong.example"])
+    port = free_port_run(1)
+    server = subprocess.Popen(
+        [
+            "openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-quiet",
+            "-cert", str(wrong.cert), "-key", str(wrong.key),
+            "-servername", name, "-cert2", str(right.cert), "-key2", str(right.key),
+            "-servername_fatal",
+        ],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    forwarder = TlsForwarder(
+        DirectForwarder({(name, 9093): ("127.0.0.1", port)}),
+        client_context(TlsOptions(ca.pem)),
+    )
+
+    async def handshake(host: str) -> dict[str, object] | None:
+        upstream = await forwarder.open(host, 9093)
+        await upstream.discard()
+        return forwarder.session(host, 9093)
+
+    try:
+        wait_for(lambda: _accepting(port), timeout=10, what="openssl s_server")
+        session = asyncio.run(handshake(name))
+        assert session is not None and session["names"] == [f"DNS:{name}"]
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _accepting(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
