@@ -25,6 +25,8 @@ from kafkatunnel.localcluster.workload import (
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context
+from kafkatunnel.verify.job import verify_local
+from kafkatunnel.verify.judge import OK
 from kafkatunnel.waiting import wait_for
 from tests.pki import TestAuthority
 from tests.tunnel.tls_front import TlsFront
@@ -43,6 +45,7 @@ def _tunnel(
     tls: TlsOptions,
     bootstrap: str | None = None,
     template: str | None = None,
+    record_dir: Path | None = None,
 ) -> BackgroundTunnel:
     config = TunnelConfig(
         bootstrap=bootstrap or cluster.mock[0].address,
@@ -50,16 +53,22 @@ def _tunnel(
         control=False,
         start_timeout=10,
         tls=tls,
+        record_dir=record_dir,
     )
     return BackgroundTunnel(config, ExecForwarder(template or front.exec_template()))
 
 
 def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over_tls(
-    cluster: LocalCluster, ca: TestAuthority
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path
 ) -> None:
+    """...and the recording holds the Kafka frames inside TLS: verify judges every group."""
     server_expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=20)
     server = ca.issue("brokers", [ADVERTISED], not_after=server_expiry)
-    with TlsFront(cluster, server) as front, _tunnel(cluster, front, TlsOptions(ca.pem)) as tunnel:
+    recordings = tmp_path / "recorded"
+    tunnel = _tunnel(
+        cluster, front := TlsFront(cluster, server), TlsOptions(ca.pem), record_dir=recordings
+    )
+    with front, tunnel:
         bootstrap = tunnel.bootstrap_servers
         topic = f"tls-{uuid.uuid4().hex[:8]}"
         assert produce(bootstrap, topic, 30, prefix="p") == 30
@@ -79,6 +88,10 @@ def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over
             assert session["subject"] == "CN=127.0.0.1" and session["names"] == ["IP:127.0.0.1"]
             assert session["expires"].startswith(str(server_expiry.date())), session
         assert all(", TLSv1." in e["route"] for e in status["endpoints"])
+    report = verify_local([str(recordings)])
+    judged = {v.key: v for v in report.verdicts if v.key in groups}
+    assert report.ok and set(judged) == set(groups), report.problems
+    assert all(v.verdict == OK for v in judged.values())
 
 
 def _expired() -> datetime.datetime:
