@@ -65,9 +65,8 @@ def test_plaintext_clients_use_groups_on_every_coordinator_and_transactions_over
     server_expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=20)
     server = ca.issue("brokers", [ADVERTISED], not_after=server_expiry)
     recordings = tmp_path / "recorded"
-    tunnel = _tunnel(
-        cluster, front := TlsFront(cluster, server), TlsOptions(ca.pem), record_dir=recordings
-    )
+    front = TlsFront(cluster, server)
+    tunnel = _tunnel(cluster, front, TlsOptions(ca.pem), record_dir=recordings)
     with front, tunnel:
         bootstrap = tunnel.bootstrap_servers
         topic = f"tls-{uuid.uuid4().hex[:8]}"
