@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import socket
+import ssl
 import subprocess
 import sys
 import uuid
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import (
     consume_group,
     consume_groups,
@@ -24,7 +26,7 @@ from kafkatunnel.localcluster.workload import (
 )
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context
+from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, TlsSetupError, client_context
 from kafkatunnel.verify.job import verify_local
 from kafkatunnel.verify.judge import OK
 from kafkatunnel.waiting import wait_for
@@ -240,3 +242,46 @@ def _accepting(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_an_encrypted_key_needs_its_password_from_a_file_or_variable(tmp_path: Path) -> None:
+    ca = TestAuthority(tmp_path)
+    client = ca.issue("developer", ["developer"], client=True, password=b"s3cret")
+    with pytest.raises(TlsSetupError, match="--tls-password-file, or in KAFKATUNNEL_TLS_PASSWORD"):
+        client_context(TlsOptions(ca.pem, client.cert, client.key))
+    with pytest.raises(TlsSetupError, match="a wrong password reads as a bad key"):
+        client_context(TlsOptions(ca.pem, client.cert, client.key, password=b"wrong"))
+    assert client_context(TlsOptions(ca.pem, client.cert, client.key, password=b"s3cret"))
+
+
+def test_tls_insecure_says_what_it_turns_off_and_turns_it_off(tmp_path: Path) -> None:
+    insecure = TlsOptions(insecure=True)
+    assert any("NOT verified" in w for w in insecure.warnings())
+    assert TlsOptions().warnings() == []
+    context = client_context(insecure)
+    assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
+    strict = client_context(TlsOptions())
+    assert strict.verify_mode == ssl.CERT_REQUIRED and strict.check_hostname
+    assert strict.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_up_with_tls_insecure_warns_at_start_and_reaches_an_unverifiable_broker(
+    cluster: LocalCluster, ca: TestAuthority
+) -> None:
+    server = ca.issue("brokers", ["kafka-9.elsewhere.example"])
+    with TlsFront(cluster, server) as front:
+        up = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address,
+                "--via", "exec", "--exec", front.exec_template(),
+                "--listen", f"127.0.0.1:{free_port_run(8)}", "--tls", "--tls-insecure",
+            ],
+            name="kafkatunnel-up-insecure",
+        )  # fmt: skip
+        try:
+            bootstrap = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=30).group(1)
+            assert produce(bootstrap, f"insecure-{uuid.uuid4().hex[:6]}", 3) == 3
+        finally:
+            up.stop()
+    assert "--tls-insecure: broker certificates are NOT verified" in " ".join(up.output().split())
