@@ -9,7 +9,9 @@ Paths to a tansu broker on this machine's loopback, each its own broker process:
   kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
                a Kubernetes name that only the tunnel's rewriting makes usable; variants
                on asyncio's own loop, without zero-copy (--no-zero-copy), recording
-               (--record DIR) and recording with payloads (--record-payloads) on request
+               (--record DIR), recording with payloads (--record-payloads) and TLS to
+               the broker (--tls: socat's OpenSSL listener in front of the broker, as
+               a TLS broker would terminate it itself) on request
 Each round measures the other paths in random order with a direct measurement before and
 after each one (direct, A, direct, B, direct, ...): a path is compared with the mean of the
 two direct measurements around it, so a spell of noise on this shared machine falls on
@@ -20,7 +22,8 @@ connection (each rewritten by the proxies that rewrite). "vs direct" and "added"
 medians over rounds of those comparisons; relay CPU is the relay processes' CPU time per
 MB produced (every thread's, in the scheduler's nanoseconds). Recording variants are also
 compared with the plain tunnel of the same round (their ratios to direct, divided), the
-figure the recording's cost is judged by.
+figure the recording's cost is judged by; so are TLS variants (their ratio includes socat's
+TLS termination beside the broker, which a TLS broker pays itself).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Path_:
     advertised: str = ""
     restart: Callable[[], ManagedProcess] | None = None  # a relay that outlives no broker
     scratch: Path | None = None  # emptied before each measurement (recordings)
+    cluster_side: list[ManagedProcess] = field(default_factory=list)  # not the relay's CPU
     produce: list[float] = field(default_factory=list)
     consume: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
@@ -185,6 +189,7 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
         kind = kind.removesuffix("baseline").removesuffix("-")
         flags = ["--loop", loop] + (["--no-zero-copy"] if kind == "copy" else [])
         scratch = None
+        cluster_side: list[ManagedProcess] = []
         if kind.startswith("record"):
             scratch = Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-record-"))
             flags += ["--record", str(scratch)]
@@ -193,11 +198,17 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
         code = {"PYTHONPATH": baseline} if from_baseline and baseline else {}
         name = f"kafkatunnel-{variant}" if variant != "uvloop" else "kafkatunnel"
         p, q = free_port(), free_port()
+        reach = p  # the port the tunnel dials: the broker's, or its TLS listener's
+        if kind == "tls":
+            reach, terminator, ca_pem = _tls_listener(p)
+            cluster_side.append(terminator)
+            flags += ["--tls", "--tls-ca", str(ca_pem)]
         tunneled = _path(name, f"127.0.0.1:{q}", p, f"{TANSU_HOST}:{p}")
+        tunneled.cluster_side = cluster_side
         up = ManagedProcess(
             [
                 sys.executable, "-P", "-m", "kafkatunnel", "up", "--bootstrap", f"{TANSU_HOST}:{p}",
-                "--via", "direct", "--map", f"{TANSU_HOST}:{p}=127.0.0.1:{p}",
+                "--via", "direct", "--map", f"{TANSU_HOST}:{p}=127.0.0.1:{reach}",
                 "--listen", f"127.0.0.1:{q}", "--no-table", *flags,
             ],
             name=name,
@@ -208,6 +219,28 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
         tunneled.scratch = scratch
         paths.append(tunneled)
     return paths
+
+
+def _tls_listener(broker_port: int) -> tuple[int, ManagedProcess, Path]:
+    """socat's OpenSSL listener in front of the broker, with a certificate for the broker's
+    advertised name from a CA made here: its port, its process, the CA's PEM."""
+    from tests.pki import TestAuthority
+
+    directory = Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-tls-"))
+    ca = TestAuthority(directory)
+    server = ca.issue("broker", [TANSU_HOST])
+    port = free_port()
+    terminator = ManagedProcess(
+        [
+            "socat",
+            f"OPENSSL-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay,"
+            f"cert={server.cert},key={server.key},verify=0",
+            f"TCP:127.0.0.1:{broker_port},nodelay",
+        ],
+        name="socat-tls",
+    )
+    terminator.wait_accepting(port, timeout=30)
+    return port, terminator, ca.pem
 
 
 def produce(bootstrap: str, topic: str, count: int, pace: float = 0) -> float:
@@ -287,7 +320,8 @@ def main() -> None:
         "--tunnels",
         default="uvloop,uvloop-copy,asyncio",
         help="kafkatunnel variants, each a path: LOOP (uvloop, asyncio), -copy: --no-zero-copy, "
-        "-record: --record DIR, -record-payloads: --record DIR --record-payloads; a variant "
+        "-record: --record DIR, -record-payloads: --record DIR --record-payloads, -tls: --tls "
+        "to a TLS listener in front of the broker; a variant "
         "ending in -baseline runs from the --baseline tree",
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
@@ -333,7 +367,7 @@ def main() -> None:
                 before = after
     finally:
         for path in paths:
-            for process in path.processes:
+            for process in path.processes + path.cluster_side:
                 process.stop()
     report(paths, args)
 
@@ -398,14 +432,14 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
 
 
 def report_recording(paths: list[Path_]) -> None:
-    """Recording variants against the plain tunnel, round by round: each one's ratio to
-    its own direct runs, divided by the tunnel's, and relay CPU per MB divided."""
+    """Recording and TLS variants against the plain tunnel, round by round: each one's
+    ratio to its own direct runs, divided by the tunnel's, and relay CPU per MB divided."""
     plain = next((p for p in paths if p.name == "kafkatunnel"), None)
-    recorded = [p for p in paths if "record" in p.name]
+    recorded = [p for p in paths if "record" in p.name or "tls" in p.name]
     if plain is None or not recorded:
         return
     med = statistics.median
-    print("\n| recording vs the plain tunnel | produce | consume | relay CPU per MB |")
+    print("\n| variant vs the plain tunnel | produce | consume | relay CPU per MB |")
     print("| --- | ---: | ---: | ---: |")
     rounds = []
     for path in recorded:
