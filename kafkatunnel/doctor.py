@@ -72,7 +72,7 @@ class StartCheck:
     a port-forward. Doctor passes if and only if `up` can start."""
 
     forwarder: KubectlForwarder
-    kafka_port: int = 9092
+    kafka_port: int | None = None
     bootstrap: str | None = None  # the advertised HOST:PORT; default: the first broker pod's
     timeout: float = 15.0
 

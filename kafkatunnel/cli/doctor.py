@@ -58,7 +58,7 @@ def doctor(
     kubeconfig: str | None = kubeconfig_option(),
     target: str | None = target_option(),
     selector: str | None = selector_option(),
-    kafka_port: int = kafka_port_option(),
+    kafka_port: int | None = kafka_port_option(),
     resolver: str | None = typer.Option(
         None,
         metavar="HOST:PORT",

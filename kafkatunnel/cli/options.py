@@ -45,7 +45,12 @@ def selector_option() -> Any:
 
 
 def kafka_port_option() -> Any:
-    return typer.Option(9092, metavar="PORT", help="--via kubectl without --bootstrap: the port.")
+    return typer.Option(
+        None,
+        metavar="PORT",
+        help="--via kubectl without --bootstrap: the port (default 9092; with --tls, the pods' "
+        "TLS port as Strimzi names it, tcp-clientstls).",
+    )
 
 
 def port_option() -> Any:

@@ -23,6 +23,7 @@ from rich.live import Live
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
 from kafkatunnel.cli.background import detach as run_detached
 from kafkatunnel.cli.background import running_or_exit
+from kafkatunnel.cli.credentials import from_cluster
 from kafkatunnel.cli.options import (
     context_option,
     json_option,
@@ -180,12 +181,21 @@ def up(
         "--tls-insecure",
         help="Verify nothing about the brokers' certificates (broken test clusters only).",
     ),
+    kafka_user: str | None = typer.Option(
+        None,
+        metavar="NAME",
+        help="With --via kubectl: a Strimzi KafkaUser whose secret holds the credentials "
+        "(tls: the tunnel presents its certificate; scram-sha-512: prints client settings).",
+    ),
+    show_password: bool = typer.Option(
+        False, "--show-password", help="Print a --kafka-user's SCRAM password with its settings."
+    ),
     context: str | None = context_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     target: str | None = target_option(),
     selector: str | None = selector_option(),
-    kafka_port: int = kafka_port_option(),
+    kafka_port: int | None = kafka_port_option(),
     record: str | None = typer.Option(
         None,
         metavar="DIR",
@@ -220,7 +230,14 @@ def up(
     via = via or default_via(exec_template, mapping)
     kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
     forwarder = build_forwarder(via, exec_template, mapping, kube)
-    bootstrap = bootstrap or (kube.default_bootstrap(forwarder) if via == "kubectl" else None)
+    tls_options = parse_tls(tls, tls_ca, tls_cert, tls_key, tls_password_file, tls_insecure)
+    if isinstance(forwarder, KubectlForwarder) and (tls_options or kafka_user):
+        tls_options = from_cluster(console, forwarder, tls_options, kafka_user, show_password)
+    elif kafka_user:
+        raise typer.BadParameter("reads the user's secret with kubectl: add --via kubectl",
+                                 param_hint="--kafka-user")  # fmt: skip
+    if bootstrap is None and via == "kubectl":
+        bootstrap = kube.default_bootstrap(forwarder, tls=tls_options is not None)
     if bootstrap is None:
         raise typer.BadParameter(
             "is required with --via exec and --via direct", param_hint="--bootstrap"
@@ -228,7 +245,6 @@ def up(
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
-    tls_options = parse_tls(tls, tls_ca, tls_cert, tls_key, tls_password_file, tls_insecure)
     run_up(
         console, bootstrap=bootstrap, forwarder=forwarder, listen=listen,
         broker_ports=broker_port, connect_timeout=connect_timeout, table=table, loop=loop,
@@ -255,9 +271,9 @@ class KubeOptions:
     kubeconfig: str | None = None
     target: str | None = None
     selector: str | None = None
-    kafka_port: int = 9092
+    kafka_port: int | None = None
 
-    def default_bootstrap(self, forwarder: Forwarder) -> str:
+    def default_bootstrap(self, forwarder: Forwarder, tls: bool = False) -> str:
         """The first Kafka pod, found now (so errors show before anything is bound)."""
         assert isinstance(forwarder, KubectlForwarder)
         try:
@@ -265,7 +281,7 @@ class KubeOptions:
         except KubectlError as cause:
             error(str(cause))
             raise typer.Exit(2) from None
-        return forwarder.default_bootstrap(self.kafka_port)
+        return forwarder.default_bootstrap(self.kafka_port, tls=tls)
 
 
 @dataclass

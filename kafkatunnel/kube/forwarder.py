@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from kafkatunnel.kube import strimzi
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
 from kafkatunnel.kube.portforward import PortForward
@@ -135,9 +136,18 @@ class KubectlForwarder(Forwarder):
             )
         return next(iter(found), None)
 
-    def default_bootstrap(self, port: int) -> str:
-        """The first pod (by name) on `port`: a bootstrap when no --bootstrap was given."""
-        return f"{self.pods[0].name}:{port}"
+    def default_bootstrap(self, port: int | None, tls: bool = False) -> str:
+        """The first pod (by name) on `port`: a bootstrap when no --bootstrap was given.
+
+        With TLS on Strimzi's pods: the port of their TLS listener, and the name the
+        broker's certificate carries (`<pod>.<cluster>-kafka-brokers.<namespace>.svc`)."""
+        pod = self.pods[0]
+        cluster = strimzi.cluster_of(self.pods) if tls else None
+        if tls and port is None:
+            port = strimzi.tls_port(self.pods)
+        if cluster is not None and pod.namespace:
+            return f"{strimzi.broker_name(pod, cluster)}:{port or 9093}"
+        return f"{pod.name}:{port or 9092}"
 
     async def _resolve(self, host: str, port: int) -> str:
         pod = pod_for(host, port, self.pods)

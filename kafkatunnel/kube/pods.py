@@ -34,6 +34,10 @@ class Pod:
     namespace: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
     roles: str | None = None  # process.roles from its environment, when it says
+    named_ports: tuple[tuple[str, int], ...] = ()  # container ports that have a name
+
+    def port_named(self, name: str) -> int | None:
+        return dict(self.named_ports).get(name)
 
     def is_broker(self) -> bool:
         """Not a ZooKeeper, operator or controller-only pod that shares the labels."""
@@ -59,12 +63,14 @@ class Pod:
 def parse_pods(listing: dict[str, Any]) -> list[Pod]:
     pods = []
     for item in listing.get("items", []):
-        ports = tuple(
-            int(port["containerPort"])
+        declared = [
+            port
             for container in item.get("spec", {}).get("containers", [])
             for port in container.get("ports", []) or []
             if "containerPort" in port
-        )
+        ]
+        ports = tuple(int(port["containerPort"]) for port in declared)
+        named = tuple((str(p["name"]), int(p["containerPort"])) for p in declared if p.get("name"))
         env = {
             e.get("name"): e.get("value")
             for container in item.get("spec", {}).get("containers", [])
@@ -86,6 +92,7 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
                 namespace=metadata.get("namespace"),
                 labels=tuple(sorted((metadata.get("labels") or {}).items())),
                 roles=roles,
+                named_ports=named,
             )
         )
     return sorted(pods, key=lambda p: p.name)

@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import ssl
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,10 @@ class TlsOptions:
     key: Path | None = None  # its private key, PEM
     password: bytes | None = None  # of an encrypted key: from a file or variable, never a flag
     insecure: bool = False  # no verification at all: broken test clusters only
+    # The same, read from the cluster (Strimzi's secrets) rather than from files: PEM.
+    ca_pem: bytes | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
 
     def warnings(self) -> list[str]:
         """What the user must hear on every start."""
@@ -65,7 +70,9 @@ class TlsSetupError(ValueError):
 def client_context(options: TlsOptions) -> ssl.SSLContext:
     """The SSLContext for every broker connection (TLS 1.2 or newer, names checked)."""
     try:
-        context = ssl.create_default_context(cafile=None if options.ca is None else options.ca)
+        context = ssl.create_default_context(
+            cafile=options.ca, cadata=None if options.ca_pem is None else options.ca_pem.decode()
+        )
     except FileNotFoundError:
         raise TlsSetupError(f"--tls-ca {options.ca}: no such file") from None
     except (ssl.SSLError, OSError) as cause:
@@ -78,6 +85,8 @@ def client_context(options: TlsOptions) -> ssl.SSLContext:
         raise TlsSetupError("--tls-key needs --tls-cert (the certificate of that key)")
     if options.cert is not None:
         _load_client_certificate(context, options)
+    elif options.cert_pem is not None and options.key_pem is not None:
+        _load_client_pem(context, options.cert_pem, options.key_pem)
     if options.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -106,6 +115,23 @@ def _load_client_certificate(context: ssl.SSLContext, options: TlsOptions) -> No
             + f": cannot use them ({_reason(cause)}); give a PEM certificate and its own "
             "PEM private key (a wrong password reads as a bad key)"
         ) from None
+
+
+def _load_client_pem(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """A certificate and key held in memory: OpenSSL reads them from files, so they pass
+    through a directory of the user's own (0700, files 0600) and are gone right after."""
+    with tempfile.TemporaryDirectory(prefix="kafkatunnel-tls-") as directory:
+        cert_path, key_path = Path(directory, "user.crt"), Path(directory, "user.key")
+        for path, data in ((cert_path, cert), (key_path, key)):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as out:
+                out.write(data)
+        try:
+            context.load_cert_chain(cert_path, key_path)
+        except ssl.SSLError as cause:
+            raise TlsSetupError(
+                f"the client certificate read from the cluster cannot be used ({_reason(cause)})"
+            ) from None
 
 
 def _reason(cause: BaseException) -> str:

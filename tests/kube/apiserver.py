@@ -7,8 +7,9 @@ and pods/portforward upgraded to SPDY/3.1 with the kubelet's side of the streams
 It answers as kube-apiserver and the kubelet do (Status objects with their reasons, the
 kubelet's `error forwarding port P to pod ...` messages, SYN_REPLY per stream as
 k8s.io/apimachinery's spdy connection sends it), so kubectl's own code decides what it prints
-and how it exits. A data stream reaches 127.0.0.1:PORT inside the world's network namespace,
-as the kubelet reaches a pod's port.
+and how it exits. A data stream reaches 127.0.0.1:PORT (or the world's `pod_address`) inside
+the world's network namespace, as the kubelet reaches a pod's port. Secrets are served from
+each namespace's `secrets` (name -> data, base64 as the API holds it).
 
 Faults, through the same files as the stand-in's, acted on where a cluster would act:
   <world>.lost-<pod>    the API server drops every port-forward connection to that pod (a
@@ -51,6 +52,7 @@ CORE: list[Resource] = [
     ("pods", "Pod", True, ["get", "list"], ["po"]),
     ("pods/portforward", "PodPortForwardOptions", True, ["create", "get"], []),
     ("services", "Service", True, ["get", "list"], ["svc"]),
+    ("secrets", "Secret", True, ["get", "list"], []),
     ("namespaces", "Namespace", False, ["get", "list"], ["ns"]),
 ]
 GROUPS: dict[str, list[Resource]] = {
@@ -86,14 +88,16 @@ def matches(labels: dict[str, str], selector: str) -> bool:
 
 def pod_json(pod: dict[str, Any], namespace: str) -> Any:
     env = [{"name": k, "value": v} for k, v in pod.get("env", {}).items()]
+    names = pod.get("port_names", {})  # port -> its name, as Strimzi names tcp-clientstls
     ready = "True" if pod.get("ready", True) else "False"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pod["name"], "namespace": namespace, "uid": POD_UID,
                      "labels": pod.get("labels", {})},
-        "spec": {"containers": [{"name": "kafka", "env": env,
-                                 "ports": [{"containerPort": p} for p in pod["ports"]]}]},
+        "spec": {"containers": [{"name": "kafka", "env": env, "ports": [
+            {"containerPort": p, **({"name": n} if (n := names.get(str(p))) else {})}
+            for p in pod["ports"]]}]},
         "status": {"phase": pod.get("phase", "Running"), "podIP": pod.get("ip"),
                    "conditions": [{"type": "Ready", "status": ready}]},
     }  # fmt: skip
@@ -178,6 +182,16 @@ class Api:
             if pod is None:
                 return status(404, "NotFound", f'pods "{rest[1]}" not found')
             return 200, pod_json(pod, namespace)
+        if kind == "secrets" and len(rest) == 2:
+            refused = self.forbidden(world, "get", "secrets", namespace)
+            if refused:
+                return refused
+            data = space.get("secrets", {}).get(rest[1])
+            if data is None:
+                return status(404, "NotFound", f'secrets "{rest[1]}" not found')
+            return 200, {"kind": "Secret", "apiVersion": "v1", "type": "Opaque",
+                         "metadata": {"name": rest[1], "namespace": namespace},
+                         "data": data}  # fmt: skip
         full = {"statefulsets": "statefulsets.apps", "deployments": "deployments.apps"}
         refused = self.forbidden(world, "get", kind, namespace)
         if refused:
@@ -465,8 +479,10 @@ class Server:
         out.write(frames.data(pair.error, message, fin=True))
 
     async def connect(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        address = self.api.world().get("pod_address", "127.0.0.1")  # where pods' ports are
+
         def dial() -> socket.socket:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock = socket.create_connection((address, port), timeout=5)
             sock.setblocking(False)
             return sock
 

@@ -1,0 +1,101 @@
+"""TLS trust and client credentials read from the cluster with kubectl (Strimzi's secrets),
+for `up --via kubectl --tls` and `--kafka-user NAME`: the cluster CA when no --tls-ca is
+given, and a KafkaUser's certificate or SCRAM settings."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from kafkatunnel.cli.output import error
+from kafkatunnel.kube import strimzi
+from kafkatunnel.kube.forwarder import KubectlForwarder
+from kafkatunnel.kube.kubectl import KubectlError
+from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context
+
+
+def from_cluster(
+    console: Console,
+    forwarder: KubectlForwarder,
+    tls: TlsOptions | None,
+    kafka_user: str | None,
+    show_password: bool,
+) -> TlsOptions | None:
+    """`tls` completed from the cluster's secrets (exit 2 with the cause and the fix when
+    they cannot be read); the client settings a SCRAM user needs are printed."""
+    wants_ca = tls is not None and tls.ca is None and not tls.insecure
+
+    async def read() -> tuple[str | None, bytes | None, strimzi.UserCredentials | None]:
+        await forwarder.prepare()
+        cluster = strimzi.cluster_of(forwarder.pods)
+        ca = await strimzi.cluster_ca(forwarder.kubectl, cluster) if wants_ca and cluster else None
+        user = await strimzi.kafka_user(forwarder.kubectl, kafka_user) if kafka_user else None
+        return cluster, ca, user
+
+    try:
+        cluster, ca, user = asyncio.run(read())
+    except KubectlError as cause:
+        error(str(cause))
+        raise typer.Exit(2) from None
+    if ca is not None and tls is not None:
+        tls = dataclasses.replace(tls, ca_pem=ca)
+        console.print(
+            f"TLS: trusting the cluster CA of Strimzi cluster {escape(str(cluster))} "
+            f"(secret {strimzi.ca_secret(str(cluster))})",
+            highlight=False,
+        )
+    if user is not None:
+        tls = _with_user(console, tls, user, show_password)
+    if tls is not None:
+        try:
+            client_context(tls)
+        except TlsSetupError as cause:
+            error(str(cause))
+            raise typer.Exit(2) from None
+    return tls
+
+
+def _with_user(
+    console: Console, tls: TlsOptions | None, user: strimzi.UserCredentials, show: bool
+) -> TlsOptions | None:
+    if user.cert_pem is not None:
+        if tls is None:
+            raise typer.BadParameter(
+                f"KafkaUser {user.name} authenticates with a certificate (mTLS): add --tls",
+                param_hint="--kafka-user",
+            )
+        if tls.cert is not None:
+            raise typer.BadParameter(
+                "--kafka-user and --tls-cert both name a client certificate: give one",
+                param_hint="--kafka-user",
+            )
+        console.print(
+            f"TLS: presenting KafkaUser {escape(user.name)}'s certificate (secret "
+            f"{escape(user.secret)}); clients need no credentials of their own",
+            highlight=False,
+        )
+        return dataclasses.replace(tls, cert_pem=user.cert_pem, key_pem=user.key_pem)
+    assert user.password is not None
+    where = f" -n {user.namespace}" if user.namespace else ""
+    password = (
+        user.password.decode(errors="replace")
+        if show
+        else f"<hidden: --show-password prints it, or kubectl get secret {user.secret}{where} "
+        "-o jsonpath='{.data.password}' | base64 -d>"
+    )
+    settings = [
+        "security.protocol=SASL_PLAINTEXT",
+        f"sasl.mechanism={user.mechanism}",
+        f"sasl.username={user.name}",
+        f"sasl.password={password}",
+    ]
+    console.print(
+        f"KafkaUser {escape(user.name)} uses {user.mechanism}: clients set", highlight=False
+    )
+    for line in settings:
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+    return tls

@@ -1,0 +1,147 @@
+"""TLS credentials from a Strimzi cluster, read with the real kubectl from the API server
+stand-in: the cluster CA from `<cluster>-cluster-ca-cert`, a KafkaUser's certificate or
+SCRAM settings from its secret, and what `up` says when RBAC does not allow reading them.
+
+The world's pods are the mock cluster's brokers, labelled as Strimzi labels its broker pods;
+their ports are reached at 127.0.0.2, where socat's TLS listeners require a client
+certificate from the test CA (mTLS, as a Strimzi `tls` listener with `type: tls` users)."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkatunnel.kube.pods import Pod
+from kafkatunnel.kube.strimzi import broker_name, cluster_of, tls_port
+from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import consume_group, produce
+from tests.kube.conftest import World, needs_kubectl, says, up
+from tests.pki import TestAuthority
+from tests.tunnel.tls_front import FRONT_HOST, TlsFront
+
+CLUSTER = "my-cluster"
+LABELS = {
+    "app.kubernetes.io/name": "kafka",
+    "strimzi.io/cluster": CLUSTER,
+    "strimzi.io/kind": "Kafka",
+    "strimzi.io/name": f"{CLUSTER}-kafka",
+}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def strimzi_world(world: World, cluster: LocalCluster, ca: TestAuthority, **changes: Any) -> None:
+    """Strimzi's pods, its cluster CA secret, a tls KafkaUser alice and a scram one bob."""
+    alice = ca.issue("alice", ["alice"], client=True)
+    pods = [
+        {"name": f"{CLUSTER}-kafka-{i}", "ip": "127.0.0.1", "ports": [b.port], "labels": LABELS,
+         "port_names": {str(b.port): "tcp-clientstls"}}
+        for i, b in enumerate(cluster.mock)
+    ]  # fmt: skip
+    secrets = {
+        f"{CLUSTER}-cluster-ca-cert": {"ca.crt": _b64(ca.pem.read_bytes())},
+        "alice": {
+            "ca.crt": _b64(ca.pem.read_bytes()),
+            "user.crt": _b64(alice.cert.read_bytes()),
+            "user.key": _b64(alice.key.read_bytes()),
+        },
+        "bob": {"password": _b64(b"bobs-s3cret"), "sasl.jaas.config": _b64(b"...")},
+    }
+    namespaces = {"default": {"pods": []}, "kafka": {"pods": pods, "secrets": secrets}}
+    world(**{"namespaces": namespaces, "pod_address": FRONT_HOST, **changes})
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> TestAuthority:
+    return TestAuthority(tmp_path)
+
+
+@needs_kubectl
+def test_up_reads_the_cluster_ca_and_a_kafka_users_certificate_from_the_cluster(
+    cluster: LocalCluster, apiserver: Path, world: World, ca: TestAuthority
+) -> None:
+    strimzi_world(world, cluster, ca)
+    server = ca.issue("brokers", ["127.0.0.1"])
+    with TlsFront(cluster, server, client_ca=ca.pem):
+        process = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl",
+                "--namespace", "kafka", "--bootstrap", cluster.mock[0].address,
+                "--listen", f"127.0.0.1:{free_port_run(8)}",
+                "--no-table", "--tls", "--kafka-user", "alice",
+            ],
+            name="kafkatunnel-up-strimzi",
+        )  # fmt: skip
+        try:
+            bootstrap = process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+            topic = f"strimzi-{uuid.uuid4().hex[:6]}"
+            assert produce(bootstrap, topic, 10) == 10
+            assert consume_group(bootstrap, f"{topic}-g", topic, 10, timeout=60).consumed == 10
+        finally:
+            process.stop()
+    said = " ".join(process.output().split())
+    assert f"trusting the cluster CA of Strimzi cluster {CLUSTER}" in said, said
+    assert "presenting KafkaUser alice's certificate" in said, said
+    assert "BEGIN" not in said  # no key or certificate on screen
+
+
+@needs_kubectl
+def test_without_get_secrets_up_names_the_secret_and_the_flag(
+    cluster: LocalCluster, apiserver: Path, world: World, ca: TestAuthority
+) -> None:
+    strimzi_world(world, cluster, ca, forbidden=["get secrets"])
+    result = up("--namespace", "kafka", "--bootstrap", cluster.mock[0].address, "--tls")
+    says(
+        result,
+        f"cannot read secret {CLUSTER}-cluster-ca-cert -n kafka (the cluster CA, for --tls)",
+        "reading secrets is not allowed (RBAC: get secrets)",
+        "give it with --tls-ca FILE",
+    )
+    assert "Traceback" not in result.stderr
+
+
+@needs_kubectl
+@pytest.mark.parametrize("show", [False, True])
+def test_a_scram_kafka_user_gets_its_client_settings_and_the_password_only_when_asked(
+    cluster: LocalCluster, apiserver: Path, world: World, ca: TestAuthority, show: bool
+) -> None:
+    strimzi_world(world, cluster, ca, pod_address="127.0.0.1")  # the plaintext listeners
+    process = ManagedProcess(
+        [
+            sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "--namespace", "kafka",
+            "--bootstrap", cluster.mock[0].address, "--listen", f"127.0.0.1:{free_port_run(8)}",
+            "--no-table", "--kafka-user", "bob", *(["--show-password"] if show else []),
+        ],
+        name="kafkatunnel-up-scram",
+    )  # fmt: skip
+    try:
+        process.wait_for_line(r"^bootstrap\.servers=", timeout=60)
+    finally:
+        process.stop()
+    said = process.output()
+    for line in ("sasl.mechanism=SCRAM-SHA-512", "sasl.username=bob",
+                 "security.protocol=SASL_PLAINTEXT"):  # fmt: skip
+        assert line in said, said
+    assert ("bobs-s3cret" in said) is show, said
+    if not show:
+        assert "--show-password prints it" in said
+
+
+def test_strimzi_pods_give_the_tls_port_and_the_names_their_certificates_carry() -> None:
+    pods = [
+        Pod(f"{CLUSTER}-kafka-{i}", "10.0.0.1", (9092, 9093), True, namespace="shop",
+            labels=tuple(sorted(LABELS.items())), named_ports=(("tcp-clientstls", 9093),))
+        for i in range(2)
+    ]  # fmt: skip
+    assert cluster_of(pods) == CLUSTER and tls_port(pods) == 9093
+    assert broker_name(pods[1], CLUSTER) == f"{CLUSTER}-kafka-1.{CLUSTER}-kafka-brokers.shop.svc"
+    other = Pod("kafka-0", "10.0.0.2", (9092,), True, labels=(("app", "kafka"),))
+    assert cluster_of([other]) is None and tls_port([other]) is None
