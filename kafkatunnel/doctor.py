@@ -9,6 +9,7 @@ prints what it finds), so it belongs to none of them."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ipaddress
 import socket
 import uuid
@@ -17,12 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkatunnel.kube import strimzi
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, FAIL, SKIP, WARN = "pass", "fail", "skip", "warn"  # warn: works now, will not for long
+CERTIFICATE_WARNING_DAYS = 14
 MEMBER_ID_REQUIRED = 79
 GROUP_TRIES = 400
 RBAC_VERBS = (("get", "pods"), ("list", "pods"), ("create", "pods/portforward"))
@@ -95,7 +98,9 @@ def check_kubectl(kubectl: Kubectl, start: StartCheck | None = None) -> list[Res
         kubectl = start.forwarder.kubectl  # in the namespace up would use
     out += _check_rbac(kubectl)
     if start is not None and found:
-        out.append(_check_forward(start, rbac_ok=all(r.status == PASS for r in out)))
+        rbac_ok = all(r.status == PASS for r in out)
+        out += _check_secrets(start.forwarder)
+        out.append(_check_forward(start, rbac_ok=rbac_ok))
     return out
 
 
@@ -130,6 +135,54 @@ def _check_rbac(kubectl: Kubectl) -> list[Result]:
                 f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
                 f"(check: kubectl auth can-i {verb} {resource})",
             ))  # fmt: skip
+    return out
+
+
+def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
+    """On Strimzi's pods: whether `up --tls` can read the cluster CA itself."""
+    cluster = strimzi.cluster_of(forwarder.pods)
+    if cluster is None:
+        return []
+    kubectl, secret = forwarder.kubectl, strimzi.ca_secret(cluster)
+    where = f" -n {kubectl.namespace}" if kubectl.namespace else ""
+    try:
+        allowed = asyncio.run(kubectl.can_i("get", "secrets"))
+    except (KubectlError, TimeoutError, OSError) as error:
+        return [Result("RBAC: get secrets", FAIL, "could not ask", str(error))]
+    if allowed:
+        return [Result("RBAC: get secrets", PASS, f"up --tls reads the CA from {secret}")]
+    return [Result(
+        "RBAC: get secrets", WARN, f"forbidden: up --tls cannot read secret {secret}{where}",
+        f"give the CA with --tls-ca FILE (someone who may: kubectl get secret {secret}{where} "
+        "-o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.pem), and --tls-cert/--tls-key "
+        "instead of --kafka-user",
+    )]  # fmt: skip
+
+
+def check_certificates(
+    status: dict[str, Any] | None, now: datetime.datetime | None = None
+) -> list[Result]:
+    """The brokers' certificates a running tunnel saw (--tls): expired, or expiring soon."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    expiring: dict[str, datetime.datetime] = {}
+    for endpoint in (status or {}).get("endpoints", []):
+        session = endpoint.get("tls") or {}
+        if session.get("expires") and endpoint.get("node_id") is not None:
+            expiring[str(endpoint["advertised"])] = datetime.datetime.fromisoformat(
+                session["expires"]
+            )
+    out = []
+    for broker, expires in sorted(expiring.items(), key=lambda item: item[1]):
+        left = expires - now
+        check, when = f"certificate of {broker}", f"{expires:%Y-%m-%d %H:%M} UTC"
+        if left.total_seconds() <= 0:
+            out.append(Result(check, FAIL, f"expired {when}", "the cluster must renew it"))
+        elif left.days < CERTIFICATE_WARNING_DAYS:
+            out.append(Result(check, WARN, f"expires in {left.days} days ({when})",
+                              "renew it before then (Strimzi renews its CAs' certificates "
+                              "itself: check the renewal period)"))  # fmt: skip
+        else:
+            out.append(Result(check, PASS, f"valid until {when}"))
     return out
 
 
@@ -270,6 +323,7 @@ def run_checks(
         results.append(Result("tunnel running", FAIL, "no running tunnel found", fix))
         return results
     results += check_names(subject, resolve)
+    results += check_certificates(subject.status)
     broker_results, reachable = check_brokers(subject.bootstrap)
     results += broker_results
     with ThreadPoolExecutor(max_workers=max(len(reachable), 1)) as pool:

@@ -37,7 +37,7 @@ from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 
-STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "warn": "yellow"}
 
 
 def doctor(

@@ -9,6 +9,7 @@ certificate from the test CA (mTLS, as a Strimzi `tls` listener with `type: tls`
 from __future__ import annotations
 
 import base64
+import datetime
 import sys
 import uuid
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.doctor import FAIL, PASS, WARN, StartCheck, check_certificates, check_kubectl
+from kafkatunnel.kube.forwarder import KubectlForwarder
+from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.pods import Pod
 from kafkatunnel.kube.strimzi import broker_name, cluster_of, tls_port
 from kafkatunnel.localcluster import LocalCluster, free_port_run
@@ -145,3 +149,36 @@ def test_strimzi_pods_give_the_tls_port_and_the_names_their_certificates_carry()
     assert broker_name(pods[1], CLUSTER) == f"{CLUSTER}-kafka-1.{CLUSTER}-kafka-brokers.shop.svc"
     other = Pod("kafka-0", "10.0.0.2", (9092,), True, labels=(("app", "kafka"),))
     assert cluster_of([other]) is None and tls_port([other]) is None
+
+
+@needs_kubectl
+@pytest.mark.parametrize("may_read", [True, False])
+def test_doctor_says_whether_up_can_read_the_cluster_ca(
+    cluster: LocalCluster, apiserver: Path, world: World, ca: TestAuthority, may_read: bool
+) -> None:
+    strimzi_world(world, cluster, ca, forbidden=[] if may_read else ["get secrets"])
+    forwarder = KubectlForwarder(Kubectl(namespace="kafka"))
+    results = {r.check: r for r in check_kubectl(forwarder.kubectl, StartCheck(forwarder))}
+    secrets = results["RBAC: get secrets"]
+    if may_read:
+        assert secrets.status == PASS and f"{CLUSTER}-cluster-ca-cert" in secrets.detail
+    else:
+        assert secrets.status == WARN and "--tls-ca FILE" in secrets.fix
+        assert f"kubectl get secret {CLUSTER}-cluster-ca-cert -n kafka" in secrets.fix
+
+
+def test_doctor_warns_of_a_broker_certificate_expiring_within_two_weeks() -> None:
+    now = datetime.datetime(2026, 11, 25, tzinfo=datetime.UTC)
+
+    def endpoint(node: int | None, days: float) -> dict[str, Any]:
+        expires = (now + datetime.timedelta(days=days)).isoformat()
+        return {"node_id": node, "advertised": f"kafka-{node}:9093", "tls": {"expires": expires}}
+
+    status = {"endpoints": [endpoint(None, 3), endpoint(0, 40), endpoint(1, 3), endpoint(2, -1)]}
+    results = {r.check: r for r in check_certificates(status, now)}
+    assert results["certificate of kafka-0:9093"].status == PASS
+    assert results["certificate of kafka-1:9093"].status == WARN
+    assert "expires in 3 days" in results["certificate of kafka-1:9093"].detail
+    assert results["certificate of kafka-2:9093"].status == FAIL
+    assert len(results) == 3  # the bootstrap listener is one of the brokers: not twice
+    assert check_certificates({"endpoints": [{"node_id": 0, "tls": None}]}, now) == []
