@@ -11,6 +11,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 NOW = datetime.datetime.now(datetime.UTC)
@@ -25,6 +26,7 @@ CA_USAGE = x509.KeyUsage(
 class Issued:
     cert: Path  # PEM certificate
     key: Path  # PEM private key (unencrypted unless issued with a password)
+    p12: Path  # both in PKCS#12, encrypted with the password (if issued with one)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -105,7 +107,18 @@ class TestAuthority:
             )
             .sign(self.key, hashes.SHA256())
         )
-        issued = Issued(self.directory / f"{file_stem}.pem", self.directory / f"{file_stem}.key")
+        stem = self.directory / file_stem
+        issued = Issued(
+            stem.with_suffix(".pem"), stem.with_suffix(".key"), stem.with_suffix(".p12")
+        )
         issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, issued.key, password)
+        issued.p12.write_bytes(
+            pkcs12.serialize_key_and_certificates(
+                file_stem.encode(), key, cert, [self.cert],
+                serialization.BestAvailableEncryption(password)
+                if password
+                else serialization.NoEncryption(),
+            )
+        )  # fmt: skip
         return issued

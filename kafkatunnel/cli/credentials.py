@@ -68,9 +68,10 @@ def _with_user(
                 f"KafkaUser {user.name} authenticates with a certificate (mTLS): add --tls",
                 param_hint="--kafka-user",
             )
-        if tls.cert is not None:
+        if tls.cert is not None or tls.cert_pem is not None:
             raise typer.BadParameter(
-                "--kafka-user and --tls-cert both name a client certificate: give one",
+                "--kafka-user and --tls-cert (or --tls-pkcs12) both name a client "
+                "certificate: give one",
                 param_hint="--kafka-user",
             )
         console.print(

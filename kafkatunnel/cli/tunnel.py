@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -57,7 +58,7 @@ from kafkatunnel.tunnel import (
 )
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
-from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context
+from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context, pkcs12_pem
 from kafkatunnel.tunnel.tunnel import DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.view import status_table
 
@@ -171,10 +172,16 @@ def up(
     tls_key: Path | None = typer.Option(
         None, metavar="FILE", help="Private key of --tls-cert, PEM."
     ),
+    tls_pkcs12: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Client certificate and key for mTLS in one PKCS#12 file (e.g. Strimzi's user.p12).",
+    ),
     tls_password_file: Path | None = typer.Option(
         None,
         metavar="FILE",
-        help="File holding the password of an encrypted --tls-key (or KAFKATUNNEL_TLS_PASSWORD).",
+        help="File holding the password of --tls-pkcs12 or an encrypted --tls-key "
+        "(or KAFKATUNNEL_TLS_PASSWORD).",
     ),
     tls_insecure: bool = typer.Option(
         False,
@@ -230,7 +237,9 @@ def up(
     via = via or default_via(exec_template, mapping)
     kube = KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port)
     forwarder = build_forwarder(via, exec_template, mapping, kube)
-    tls_options = parse_tls(tls, tls_ca, tls_cert, tls_key, tls_password_file, tls_insecure)
+    tls_options = parse_tls(
+        tls, tls_ca, tls_cert, tls_key, tls_password_file, tls_insecure, tls_pkcs12
+    )
     if isinstance(forwarder, KubectlForwarder) and (tls_options or kafka_user):
         tls_options = from_cluster(console, forwarder, tls_options, kafka_user, show_password)
     elif kafka_user:
@@ -433,12 +442,13 @@ def parse_tls(
     key: Path | None,
     password_file: Path | None,
     insecure: bool,
+    pkcs12: Path | None = None,
 ) -> TlsOptions | None:
     """The TLS options, or None without --tls (a --tls-* option alone is a mistake)."""
     if not enabled:
         given = [flag for flag, value in (("--tls-ca", ca), ("--tls-cert", cert),
                  ("--tls-key", key), ("--tls-password-file", password_file),
-                 ("--tls-insecure", insecure)) if value]  # fmt: skip
+                 ("--tls-insecure", insecure), ("--tls-pkcs12", pkcs12)) if value]  # fmt: skip
         if given:
             raise typer.BadParameter(f"{given[0]} goes with --tls", param_hint="--tls")
         return None
@@ -453,8 +463,14 @@ def parse_tls(
             ) from None
     elif PASSWORD_VARIABLE in os.environ:
         password = os.environ[PASSWORD_VARIABLE].encode()
+    if pkcs12 is not None and (cert is not None or key is not None):
+        raise typer.BadParameter("give --tls-pkcs12 or --tls-cert/--tls-key, not both",
+                                 param_hint="--tls-pkcs12")  # fmt: skip
     options = TlsOptions(ca, cert, key, password, insecure)
     try:
+        if pkcs12 is not None:
+            cert_pem, key_pem = pkcs12_pem(pkcs12, password)
+            options = dataclasses.replace(options, cert_pem=cert_pem, key_pem=key_pem)
         client_context(options)  # every file readable and usable, now rather than later
     except TlsSetupError as cause:
         raise typer.BadParameter(str(cause), param_hint="--tls") from None

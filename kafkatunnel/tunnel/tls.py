@@ -117,6 +117,35 @@ def _load_client_certificate(context: ssl.SSLContext, options: TlsOptions) -> No
         ) from None
 
 
+def pkcs12_pem(path: Path, password: bytes | None) -> tuple[bytes, bytes]:
+    """The certificate (with any chain after it) and key of a PKCS#12 file, as PEM: what
+    Strimzi's user.p12 and Java keystores hold, and OpenSSL cannot load as they are."""
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        pkcs12,
+    )
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as cause:
+        raise TlsSetupError(f"--tls-pkcs12 {path}: {cause.strerror or cause}") from None
+    try:
+        key, cert, chain = pkcs12.load_key_and_certificates(data, password)
+    except ValueError:
+        hint = "no password was given" if password is None else "the password is wrong"
+        raise TlsSetupError(
+            f"--tls-pkcs12 {path}: cannot be opened ({hint}, or it is not PKCS#12); put "
+            "its password in a file given by --tls-password-file, or in "
+            "KAFKATUNNEL_TLS_PASSWORD"
+        ) from None
+    if key is None or cert is None:
+        raise TlsSetupError(f"--tls-pkcs12 {path}: holds no certificate with its private key")
+    pem = cert.public_bytes(Encoding.PEM) + b"".join(c.public_bytes(Encoding.PEM) for c in chain)
+    return pem, key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+
+
 def _load_client_pem(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """A certificate and key held in memory: OpenSSL reads them from files, so they pass
     through a directory of the user's own (0700, files 0600) and are gone right after."""

@@ -26,7 +26,13 @@ from kafkatunnel.localcluster.workload import (
 )
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, TlsSetupError, client_context
+from kafkatunnel.tunnel.tls import (
+    TlsForwarder,
+    TlsOptions,
+    TlsSetupError,
+    client_context,
+    pkcs12_pem,
+)
 from kafkatunnel.verify.job import verify_local
 from kafkatunnel.verify.judge import OK
 from kafkatunnel.waiting import wait_for
@@ -142,13 +148,21 @@ def test_an_untrusted_broker_stops_up_with_what_its_certificate_says(
     assert "bootstrap.servers=" not in result.stdout
 
 
+@pytest.mark.parametrize("form", ["pem", "pkcs12"])
 def test_mutual_tls_works_with_the_client_certificate_and_says_why_without(
-    cluster: LocalCluster, ca: TestAuthority
+    cluster: LocalCluster, ca: TestAuthority, form: str
 ) -> None:
     server = ca.issue("brokers", [ADVERTISED])
-    client = ca.issue("developer", ["developer"], client=True)
+    client = ca.issue("developer", ["developer"], client=True, password=b"p12-s3cret")
+    if form == "pem":
+        mine = TlsOptions(ca.pem, client.cert, client.key, password=b"p12-s3cret")
+    else:
+        cert_pem, key_pem = pkcs12_pem(client.p12, b"p12-s3cret")
+        mine = TlsOptions(ca.pem, cert_pem=cert_pem, key_pem=key_pem)
+        with pytest.raises(TlsSetupError, match="the password is wrong"):
+            pkcs12_pem(client.p12, b"wrong")
     with TlsFront(cluster, server, client_ca=ca.pem) as front:
-        with _tunnel(cluster, front, TlsOptions(ca.pem, client.cert, client.key)) as tunnel:
+        with _tunnel(cluster, front, mine) as tunnel:
             topic = f"mtls-{uuid.uuid4().hex[:8]}"
             assert produce(tunnel.bootstrap_servers, topic, 5) == 5
 
