@@ -107,7 +107,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("up tls in transparent mode",
      ["up", "--exec", EXEC, "--bootstrap", "k-0.k:9092", "--tls", "--mode", "transparent",
       "--dns", "--dns-listen", "127.0.0.1:{free}", "--dns-setup", "none"],
-     "--tls is for rewrite mode"),
+     "--tls and --client-tls are for rewrite mode"),
     ("doctor resolver malformed",
      ["doctor", "--bootstrap", "127.0.0.1:{free}", "--resolver", "nohost"],
      "expected the DNS server's HOST:PORT"),

@@ -188,6 +188,12 @@ def up(
         "--tls-insecure",
         help="Verify nothing about the brokers' certificates (broken test clusters only).",
     ),
+    client_tls: bool = typer.Option(
+        False,
+        "--client-tls",
+        help="Serve clients TLS too, with a CA the tunnel makes (clients keep "
+        "security.protocol=SSL; ssl.ca.location is printed).",
+    ),
     kafka_user: str | None = typer.Option(
         None,
         metavar="NAME",
@@ -260,7 +266,7 @@ def up(
         mode=mode, dns=dns_options, brokers=broker, record=record_options,
         zero_copy=zero_copy, start_timeout=start_timeout, max_brokers=max_brokers,
         max_connections=max_connections, metrics_listen=metrics_listen, privileges=privileges,
-        tls=tls_options,
+        tls=tls_options, client_tls=client_tls,
     )  # fmt: skip
 
 
@@ -524,6 +530,7 @@ def run_up(
     metrics_listen: str | None = None,
     privileges: Privileges | None = None,
     tls: TlsOptions | None = None,
+    client_tls: bool = False,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
@@ -579,6 +586,7 @@ def run_up(
             else None,
             dns_sockets=privileges.dns_sockets if privileges else None,
             tls=tls,
+            client_tls=client_tls,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None
@@ -648,6 +656,9 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     await tunnel.start()
     print(f"bootstrap.servers={tunnel.client_bootstrap}", flush=True)
+    if tunnel.client_tls is not None:
+        print("security.protocol=SSL", flush=True)
+        print(f"ssl.ca.location={tunnel.client_tls.ca}", flush=True)
     if tunnel.recorder is not None:
         print(f"recording to {tunnel.recorder.directory}", flush=True)
     configured = False

@@ -105,7 +105,7 @@ class Forwarder(ABC):
 # -- direct ---------------------------------------------------------------------------------
 
 
-class _TcpUpstream(Upstream):
+class TcpUpstream(Upstream):
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.read_fd = self.write_fd = sock.fileno()
@@ -179,7 +179,7 @@ class DirectForwarder(Forwarder):
     async def open(self, host: str, port: int) -> Upstream:
         target_host, target_port = self.target(host, port)
         try:
-            return _TcpUpstream(await connect_tcp(target_host, target_port))
+            return TcpUpstream(await connect_tcp(target_host, target_port))
         except OSError as error:
             hint = "" if (host, port) in self.mapping else f" (add --map {host}:{port}=HOST:PORT)"
             cause = os.strerror(error.errno) if error.errno else str(error)

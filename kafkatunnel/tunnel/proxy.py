@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Coroutine
 
 from kafkatunnel.capture.recorder import Recording
@@ -18,6 +19,7 @@ from kafkatunnel.protocol.rewrite import BrokerAddress
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
+from kafkatunnel.tunnel.tls import TlsUpstream, accept_tls
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
@@ -40,6 +42,7 @@ class ClientConnection:
         record: Callable[[Endpoint, Address, Address], Recording] | None = None,
         zero_copy: bool = True,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
+        client_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -49,6 +52,8 @@ class ClientConnection:
         self.record = record
         self.zero_copy = zero_copy
         self.learn = learn  # brokers the answers name, given tunnel addresses
+        self.client_tls = client_tls  # serve the client TLS (--client-tls)
+        self.client_stream: TlsUpstream | None = None  # the client's plaintext, then
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
         self.upstream: Upstream | None = None
@@ -82,6 +87,8 @@ class ClientConnection:
         return Tally(stats.rewritten, spliced, dict(stats.errors))
 
     async def _connect(self) -> None:
+        if self.client_tls is not None and not await self._accept_tls(self.client_tls):
+            return
         host, port = self.endpoint.advertised_host, self.endpoint.advertised_port
         opening = asyncio.ensure_future(self.forwarder.open(host, port))
         try:
@@ -97,7 +104,7 @@ class ClientConnection:
         self.upstream = upstream
         upstream.on_gone = lambda: self._upstream_ended(None)
         assert self.sock is not None
-        client = self.sock.fileno()
+        client = self.sock.fileno() if self.client_stream is None else self.client_stream.read_fd
         recording = self.recording
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a PassThrough's opaque bytes) reads them all.
@@ -190,6 +197,22 @@ class ClientConnection:
 
     # -- ending -----------------------------------------------------------------------------
 
+    async def _accept_tls(self, context: ssl.SSLContext) -> bool:
+        """The client's TLS handshake; False (the connection failed, saying why) if none."""
+        assert self.sock is not None
+        try:
+            self.client_stream = await asyncio.wait_for(
+                accept_tls(self.sock, context), self.connect_timeout
+            )
+        except (ssl.SSLError, ForwarderError, OSError, TimeoutError) as error:
+            reason = str(error) or f"no TLS handshake within {self.connect_timeout:g}s"
+            self.fail(
+                f"client {self.peer}: TLS: {reason} (--client-tls: clients use "
+                "security.protocol=SSL with the ssl.ca.location printed at start)"
+            )
+            return False
+        return True
+
     def fail(self, message: str) -> None:
         """Close this connection only, recording why."""
         if not self._closed:
@@ -220,6 +243,8 @@ class ClientConnection:
                 )
         for pump in self.pumps:
             pump.close()
+        if self.client_stream is not None:
+            self.client_stream.release()
         if self.sock is not None:
             self.sock.close()
         if self.upstream is not None:

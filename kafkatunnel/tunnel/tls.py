@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, TcpUpstream, Upstream
 from kafkatunnel.tunnel.relay import read_some, write_all
 
 log = logging.getLogger("kafkatunnel.tls")
@@ -86,7 +86,7 @@ def client_context(options: TlsOptions) -> ssl.SSLContext:
     if options.cert is not None:
         _load_client_certificate(context, options)
     elif options.cert_pem is not None and options.key_pem is not None:
-        _load_client_pem(context, options.cert_pem, options.key_pem)
+        load_pem_chain(context, options.cert_pem, options.key_pem)
     if options.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -146,9 +146,9 @@ def pkcs12_pem(path: Path, password: bytes | None) -> tuple[bytes, bytes]:
     return pem, key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
-def _load_client_pem(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """A certificate and key held in memory: OpenSSL reads them from files, so they pass
-    through a directory of the user's own (0700, files 0600) and are gone right after."""
+def load_pem_chain(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """Load a certificate and key held in memory: OpenSSL reads them from files, so they
+    pass through a directory of the user's own (0700, files 0600), gone right after."""
     with tempfile.TemporaryDirectory(prefix="kafkatunnel-tls-") as directory:
         cert_path, key_path = Path(directory, "user.crt"), Path(directory, "user.key")
         for path, data in ((cert_path, cert), (key_path, key)):
@@ -159,7 +159,7 @@ def _load_client_pem(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
             context.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as cause:
             raise TlsSetupError(
-                f"the client certificate read from the cluster cannot be used ({_reason(cause)})"
+                f"the certificate and key cannot be used together ({_reason(cause)})"
             ) from None
 
 
@@ -254,6 +254,31 @@ async def start_tls(upstream: Upstream, context: ssl.SSLContext, host: str) -> T
     """The TLS client handshake over `upstream`, checking `host` (a name or an IP literal)."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
+    closed = (
+        f"{host} closed the connection during the TLS handshake: is this a TLS listener? "
+        "(a plaintext listener needs no --tls)"
+    )
+    return await _handshake(upstream, tls, incoming, outgoing, closed)
+
+
+async def accept_tls(client: socket.socket, context: ssl.SSLContext) -> TlsUpstream:
+    """The TLS server handshake with a client that connected to a tunnel port (--client-tls)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_side=True)
+    closed = (
+        "the client closed the connection during the TLS handshake (does it trust the "
+        "tunnel's CA? its ssl.ca.location is printed at start)"
+    )
+    return await _handshake(TcpUpstream(client), tls, incoming, outgoing, closed)
+
+
+async def _handshake(
+    upstream: Upstream,
+    tls: ssl.SSLObject,
+    incoming: ssl.MemoryBIO,
+    outgoing: ssl.MemoryBIO,
+    closed: str,
+) -> TlsUpstream:
     while True:
         try:
             tls.do_handshake()
@@ -264,14 +289,9 @@ async def start_tls(upstream: Upstream, context: ssl.SSLContext, host: str) -> T
             await _send(upstream, outgoing.read())
         data = await _receive(upstream)
         if not data:
-            reason = await upstream.why_ended(None)
-            raise ForwarderError(
-                reason
-                or f"{host} closed the connection during the TLS handshake: is this a TLS "
-                "listener? (a plaintext listener needs no --tls)"
-            )
+            raise ForwarderError(await upstream.why_ended(None) or closed)
         incoming.write(data)
-    if outgoing.pending:  # the client's Finished (TLS 1.2), or its certificate
+    if outgoing.pending:  # the last flight (a client's Finished in TLS 1.2, a server's tickets)
         await _send(upstream, outgoing.read())
     return TlsUpstream(upstream, tls, incoming, outgoing)
 
@@ -319,6 +339,8 @@ class TlsUpstream(Upstream):
         inner.on_gone = self._inner_gone
         self._watch(inner.read_fd, False, self._from_broker)
         self._watch(self._plain.fileno(), False, self._from_plain)
+        if incoming.pending:  # data that came with the handshake's last flight (TLS 1.3)
+            self._loop.call_soon(self._decrypt)
 
     # -- Upstream ------------------------------------------------------------------------------
 
@@ -368,6 +390,8 @@ class TlsUpstream(Upstream):
             self._end_from_broker()
 
     def _decrypt(self) -> None:
+        if self._released:
+            return
         while True:
             try:
                 chunk = self.tls.read(READ_SIZE)

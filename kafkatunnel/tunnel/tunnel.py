@@ -35,6 +35,7 @@ from kafkatunnel.protocol.passage import Exchange, PassThrough
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.ratelimit import RateLimitedLog
+from kafkatunnel.tunnel.client_tls import listener_tls
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
@@ -80,13 +81,15 @@ class TunnelConfig:
     dns_zones: list[str] = field(default_factory=list)  # resolved besides the derived zones
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
+    client_tls: bool = False  # serve clients TLS, with a CA of the tunnel's own
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.mode == "transparent" and self.tls is not None:
+        if self.mode == "transparent" and (self.tls is not None or self.client_tls):
             raise ValueError(
-                "--tls is for rewrite mode: transparent mode passes the clients' own TLS through"
+                "--tls and --client-tls are for rewrite mode: transparent mode passes the "
+                "clients' own TLS through"
             )
         if self.mode == "transparent" and self.dns_listen is None:
             raise ValueError(
@@ -114,6 +117,7 @@ class Tunnel:
         if config.tls is not None:
             forwarder = TlsForwarder(forwarder, client_context(config.tls))
         self.forwarder = forwarder
+        self.client_tls = listener_tls(config.listen_host) if config.client_tls else None
         host, port = split_address(config.bootstrap)
         self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)
         self.bootstrap.route = forwarder.describe(host, port)
@@ -190,7 +194,7 @@ class Tunnel:
         known = [split_address(b) for b in self.config.brokers]
         self.registry.learn(BrokerAddress(i, h, p) for i, (h, p) in enumerate(known))
         if self.config.discover_at_start and not known:
-            if self.transparent:
+            if self.transparent or self.client_tls is not None:  # our listeners: not plaintext
                 await self.discover_directly()
             else:
                 await self.discover()
@@ -231,6 +235,9 @@ class Tunnel:
             note = (
                 f"could not list the brokers with a plaintext request ({error or 'timed out'}); "
                 "with TLS, name every broker with --broker HOST:PORT"
+                if self.transparent
+                else f"could not list the brokers yet ({error or 'timed out'}); they will be "
+                "added on first use"
             )
             self.notes.append(note)
             log.warning(note)
@@ -399,6 +406,7 @@ class Tunnel:
             self._record if self.recorder is not None else None,
             self.config.zero_copy,
             learn=self.registry.learn,
+            client_tls=None if self.client_tls is None else self.client_tls.context,
         )
         self.connections.add(connection)
         return connection
@@ -452,6 +460,8 @@ class Tunnel:
             "started_at": self.started_at,
             "mode": self.config.mode,
             "notes": self.notes,
+            # clients' TLS (--client-tls): the CA they trust
+            "client_tls": None if self.client_tls is None else {"ca": str(self.client_tls.ca)},
             # where /status and /metrics are served (None: no control socket)
             "control": None if self.control is None else self.control.address,
             "metrics": None if self.control is None else self.control.metrics_address,

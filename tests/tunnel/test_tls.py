@@ -26,6 +26,7 @@ from kafkatunnel.localcluster.workload import (
 )
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.tunnel.client_tls import listener_tls
 from kafkatunnel.tunnel.tls import (
     TlsForwarder,
     TlsOptions,
@@ -299,3 +300,33 @@ def test_up_with_tls_insecure_warns_at_start_and_reaches_an_unverifiable_broker(
         finally:
             up.stop()
     assert "--tls-insecure: broker certificates are NOT verified" in " ".join(up.output().split())
+
+
+def test_client_tls_serves_ssl_clients_with_the_tunnels_own_ca(
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS on both sides: clients keep security.protocol=SSL, trusting the CA the tunnel
+    made (kept across starts); a plaintext client on the same port fails alone."""
+    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(tmp_path / "state"))
+    server = ca.issue("brokers", [ADVERTISED])
+    front = TlsFront(cluster, server)
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False,
+        start_timeout=10, tls=TlsOptions(ca.pem), client_tls=True,
+    )  # fmt: skip
+    with front, BackgroundTunnel(config, ExecForwarder(front.exec_template())) as tunnel:
+        local_ca = Path(tunnel.status()["client_tls"]["ca"])
+        assert local_ca.parent == tmp_path / "state" / "client-ca"
+        assert (local_ca.parent / "ca.key").stat().st_mode & 0o077 == 0
+        ssl_client = {"security.protocol": "SSL", "ssl.ca.location": str(local_ca)}
+        topic = f"client-tls-{uuid.uuid4().hex[:6]}"
+        bootstrap = tunnel.bootstrap_servers
+        assert produce(bootstrap, topic, 10, config=ssl_client) == 10
+        plaintext = consume_group(bootstrap, f"{topic}-p", topic, 10, timeout=5)
+        assert plaintext.consumed == 0
+        result = consume_group(bootstrap, f"{topic}-g", topic, 10, timeout=60, config=ssl_client)
+        assert result.consumed == 10, result.errors[:3]
+        errors = [e["last_error"] for e in tunnel.status()["endpoints"] if e["last_error"]]
+        assert any("security.protocol=SSL" in e for e in errors), errors
+    again = listener_tls("127.0.0.1")  # the next start: the same CA, clients keep their file
+    assert again.ca == local_ca
