@@ -405,7 +405,8 @@ class TlsUpstream(Upstream):
                     self._fail(alert_message(_reason(error)))
                     self.refused = True  # the broker said no to this client: retrying won't help
                 break
-            if not chunk:
+            if not chunk:  # SSLObject's word for the broker's close_notify
+                self._end_from_broker()
                 break
             self._to_plain += chunk
         self._flush_broker()  # a TLS 1.3 KeyUpdate asks for an answer

@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.processes import ManagedProcess
@@ -24,6 +26,7 @@ from kafkatunnel.localcluster.workload import (
     produce,
     produce_transaction,
 )
+from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.client_tls import listener_tls
@@ -37,6 +40,7 @@ from kafkatunnel.tunnel.tls import (
 from kafkatunnel.verify.job import verify_local
 from kafkatunnel.verify.judge import OK
 from kafkatunnel.waiting import wait_for
+from tests.kio_messages import request_frame
 from tests.pki import TestAuthority
 from tests.tunnel.tls_front import TlsFront
 
@@ -330,3 +334,30 @@ def test_client_tls_serves_ssl_clients_with_the_tunnels_own_ca(
         assert any("security.protocol=SSL" in e for e in errors), errors
     again = listener_tls("127.0.0.1")  # the next start: the same CA, clients keep their file
     assert again.ca == local_ca
+
+
+def test_the_brokers_close_notify_ends_the_clients_connection_and_sasl_stays_unrecorded(
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path
+) -> None:
+    """SASL/PLAIN as clients send it (SaslHandshake v1, then SaslAuthenticate) through a
+    tunnel that speaks TLS to the broker. The mock cluster has no SASL and hangs up; its
+    TLS listener then sends close_notify, which must end the client's connection (it once
+    left the client waiting). The recording has the handshake but not the password."""
+    server = ca.issue("brokers", [ADVERTISED])
+    recordings = tmp_path / "recorded"
+    front = TlsFront(cluster, server)
+    tunnel = _tunnel(cluster, front, TlsOptions(ca.pem), record_dir=recordings)
+    token = b"\x00alice\x00" + PASSWORD
+    with front, tunnel:
+        host, port = split_address(tunnel.bootstrap_servers)
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(request_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            sock.sendall(request_frame(SaslAuthenticateRequest(auth_bytes=token), 2))
+            assert sock.recv(65536) == b""  # ended, well before the 10 s timeout
+    files = sorted(recordings.iterdir())
+    data = b"".join(path.read_bytes() for path in files)
+    assert files and PASSWORD not in data and b"alice" not in data
+    assert b"PLAIN" in data  # the handshake itself is recorded: the frames are there
+
+
+PASSWORD = b"s3cr3t-Pa55w0rd"
