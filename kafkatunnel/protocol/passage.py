@@ -107,16 +107,16 @@ class _Splitter:
         # Only record data may pass unread: everything else is read (a recording keeps it).
         self.records_only = records_only
         self._held = bytearray()
-        self._want = SIZE_PREFIX
+        self._hold_to = SIZE_PREFIX  # bytes to hold before the next step: a prefix, a head...
         self._size = -1  # size of the current frame, once its prefix is read
         self._whole = False  # holding the whole current frame
-        self._passing = 0  # bytes of the current frame still to pass through
+        self._pass_on = 0  # bytes of the current frame still to pass through
         self._walk: Walk | None = None  # the current frame is walked as it streams
-        self._left = 0  # bytes of a walked frame not yet taken by its walk
-        self._tail = False  # the walk's current need is the rest of the frame
+        self._unwalked = 0  # bytes of a walked frame not yet taken by its walk
+        self._tail_next = False  # the walk's current need is the rest of the frame
         # A walk that rewrites nothing (it finds the records to splice): a frame it cannot
         # walk passes on read, as an unwalked frame would, rather than ending the connection.
-        self._lenient = False
+        self._walk_may_fail = False
         # An observer of whole frames (a recording, see observe): the current frame's
         # parts so far (None: nobody observes), where its walk found record data, and a
         # request's header.
@@ -134,7 +134,7 @@ class _Splitter:
 
     @property
     def mid_frame(self) -> bool:
-        return bool(self._held) or self._passing > 0 or self._walk is not None
+        return bool(self._held) or self._pass_on > 0 or self._walk is not None
 
     @property
     def unread(self) -> int:
@@ -144,14 +144,14 @@ class _Splitter:
             return 0
         if self.records_only and self._walk is None:
             return 0  # passing, but to be read: only a walk's records go unread
-        return self._passing
+        return self._pass_on
 
     @property
     def awaited(self) -> int:
         """Bytes still missing of a frame held whole (the I/O layer reads them in bulk)."""
         if self._stop is not None:
             return 0
-        return self._want - len(self._held) if self._whole or self._tail else 0
+        return self._hold_to - len(self._held) if self._whole or self._tail_next else 0
 
     @property
     def unknown_brokers(self) -> tuple[BrokerAddress, ...]:
@@ -189,14 +189,14 @@ class _Splitter:
 
     def skip(self, count: int) -> None:
         """`count` bytes of the unread remainder went on without passing through feed()."""
-        if not 0 <= count <= self._passing:
-            raise ValueError(f"cannot skip {count} bytes: only {self._passing} may pass unread")
-        self._passing -= count
+        if not 0 <= count <= self._pass_on:
+            raise ValueError(f"cannot skip {count} bytes: only {self._pass_on} may pass unread")
+        self._pass_on -= count
         if self._parts is not None:
             self._unread_part(count)
-        if not self._passing:
+        if not self._pass_on:
             if self._walk is not None:
-                if not self._left:  # records end the frame: the walk's end (see _next)
+                if not self._unwalked:  # records end the frame: the walk's end (see _next)
                     self._resume(b"")
             elif self._parts is not None:
                 self._frame_seen()
@@ -214,8 +214,8 @@ class _Splitter:
         pos, end = 0, len(view)
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end and self._stop is None:
-            if self._passing:
-                take = min(self._passing, end - pos)
+            if self._pass_on:
+                take = min(self._pass_on, end - pos)
                 if run < 0:
                     run = pos
                 if self._parts is not None:  # records_only: a walk's records stay unread
@@ -224,36 +224,36 @@ class _Splitter:
                     else:
                         self._parts.append(view[pos : pos + take])
                 pos += take
-                self._passing -= take
-                if not self._passing:
+                self._pass_on -= take
+                if not self._pass_on:
                     if self._walk is not None:
-                        if not self._left:  # records end the frame: the walk's end
+                        if not self._unwalked:  # records end the frame: the walk's end
                             self._resume(b"")
                     elif self._parts is not None:
                         self._frame_seen()
                 continue
             if (
                 self._walk is not None
-                and not self._tail
+                and not self._tail_next
                 and not self._held
-                and self._want <= end - pos
+                and self._hold_to <= end - pos
             ):  # the walk reads what is here where it lies; it passes on as is
                 if run < 0:
                     run = pos
-                pos += self._resume(view[pos : pos + min(end - pos, self._left)])
+                pos += self._resume(view[pos : pos + min(end - pos, self._unwalked)])
                 continue
             if run >= 0:
                 out.append(view[run:pos])
                 run = -1
-            take = min(self._want - len(self._held), end - pos)
+            take = min(self._hold_to - len(self._held), end - pos)
             self._held += view[pos : pos + take]
             pos += take
-            if len(self._held) < self._want:
+            if len(self._held) < self._hold_to:
                 break
             held = bytes(self._held)
             if self._walk is not None:
                 self._held.clear()
-                if self._tail:
+                if self._tail_next:
                     self._tail_read(held, out)
                     continue
                 used = self._resume(held)
@@ -263,39 +263,44 @@ class _Splitter:
                 continue
             if self._size < 0:
                 self._start_frame()
-                if len(self._held) < self._want:
+                if len(self._held) < self._hold_to:
                     continue
                 held = bytes(self._held)
             if self._whole:
                 self._whole_frame(held, out)
                 continue
-            decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
-            if decision is True:
-                out.append(held)
-                self._passing = SIZE_PREFIX + self._size - len(held)
-                self._reset()
-                if self._parts is not None:
-                    self._parts.append(held)
-                    if not self._passing:
-                        self._frame_seen()
-            elif decision is False:
-                self._whole = True
-                self._want = SIZE_PREFIX + self._size
-                if len(held) == self._want:
-                    self._whole_frame(held, out)
-            else:  # walk the frame as it streams, from where on_head said (see walking)
-                start = self._walk_from
-                out.append(held[:start])
-                if self._parts is not None:
-                    self._parts.append(out[-1])
-                self._walk, self._left = decision, SIZE_PREFIX + self._size - start
-                self._held.clear()
-                self._resume(None)
-                self._feed(memoryview(held)[start:], out)  # what the head held beyond
+            self._head_read(held, out)
         if run >= 0:
             out.append(view[run:pos])
         if pos < end:  # stopped: kept for resume(), after what an inner _feed kept
             self._unfed.append(bytes(view[pos:]))
+
+    def _head_read(self, held: bytes, out: list[Chunk]) -> None:
+        """A frame's head is here: pass the frame through, hold it whole, or walk it, as
+        on_head decides."""
+        decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
+        if decision is True:
+            out.append(held)
+            self._pass_on = SIZE_PREFIX + self._size - len(held)
+            self._reset()
+            if self._parts is not None:
+                self._parts.append(held)
+                if not self._pass_on:
+                    self._frame_seen()
+        elif decision is False:
+            self._whole = True
+            self._hold_to = SIZE_PREFIX + self._size
+            if len(held) == self._hold_to:
+                self._whole_frame(held, out)
+        else:  # walk the frame as it streams, from where on_head said (see walking)
+            start = self._walk_from
+            out.append(held[:start])
+            if self._parts is not None:
+                self._parts.append(out[-1])
+            self._walk, self._unwalked = decision, SIZE_PREFIX + self._size - start
+            self._held.clear()
+            self._resume(None)
+            self._feed(memoryview(held)[start:], out)  # what the head held beyond
 
     def _whole_frame(self, held: bytes, out: list[Chunk]) -> None:
         """A frame held whole: pass on what on_frame makes of it."""
@@ -318,8 +323,8 @@ class _Splitter:
             self._stop = _Stop(tail, True, stop.brokers)
             return
         out.append(made)
-        self._walk, self._tail, self._lenient = None, False, False
-        self._walked()
+        self._walk, self._tail_next, self._walk_may_fail = None, False, False
+        self._note_record_spans()
         self._reset()
         if self._parts is not None:
             self._parts.append(out[-1])
@@ -333,22 +338,22 @@ class _Splitter:
         try:
             used, step = walk.send(sent)  # type: ignore[arg-type]
         except StopIteration as end:
-            self._took(sent, end.value)
-            self._walk_over(None)
+            self._walk_read(sent, end.value)
+            self._walk_stopped(None)
             return end.value  # type: ignore[no-any-return]
         except MalformedMessage as error:
             used = len(sent) if sent else 0  # read, as what is left of the frame will be
-            self._took(sent, used)
-            self._walk_over(error)
+            self._walk_read(sent, used)
+            self._walk_stopped(error)
             return used
         if used:
-            self._took(sent, used)
+            self._walk_read(sent, used)
         self._next(step)
         return used
 
-    def _took(self, sent: Got | None, used: int) -> None:
+    def _walk_read(self, sent: Got | None, used: int) -> None:
         """The walk read `used` bytes of those sent."""
-        self._left -= used
+        self._unwalked -= used
         if used and self._parts is not None:
             assert sent is not None
             self._parts.append(sent if used == len(sent) else sent[:used])
@@ -358,43 +363,43 @@ class _Splitter:
         or the tail."""
         try:
             if step == TAIL:
-                if not self._left:
+                if not self._unwalked:
                     raise MalformedMessage("the frame ends before its tagged fields")
-                self._tail, self._want = True, self._left
+                self._tail_next, self._hold_to = True, self._unwalked
             elif step > 0:
-                if not self._left:
+                if not self._unwalked:
                     raise MalformedMessage("a field runs past the end of its frame")
-                self._want = min(step, self._left)  # fewer: the walk sees the frame end
+                self._hold_to = min(step, self._unwalked)  # fewer: the walk sees the frame end
             else:
-                if -step > self._left:
+                if -step > self._unwalked:
                     raise MalformedMessage("records run past the end of their frame")
-                at = SIZE_PREFIX + self._size - self._left
+                at = SIZE_PREFIX + self._size - self._unwalked
                 self._spans.append((at, at - step))
-                self._left += step
-                self._passing = -step
-                self._want = min(AFTER_RECORDS, self._left)  # then sent what follows
+                self._unwalked += step
+                self._pass_on = -step
+                self._hold_to = min(AFTER_RECORDS, self._unwalked)  # then sent what follows
         except MalformedMessage as error:
-            self._walk_over(error)
+            self._walk_stopped(error)
 
-    def _walk_over(self, error: MalformedMessage | None) -> None:
+    def _walk_stopped(self, error: MalformedMessage | None) -> None:
         """The walk ended: at its message's end (error None), or on bytes it cannot walk
         (raised again unless the walk is lenient)."""
-        if error is not None and not self._lenient:
+        if error is not None and not self._walk_may_fail:
             raise error
-        if error is None and not self._left:
-            self._walked()
-        self._end_walk()
+        if error is None and not self._unwalked:
+            self._note_record_spans()
+        self._leave_walk()
 
-    def _end_walk(self) -> None:
+    def _leave_walk(self) -> None:
         """The walk is over; whatever is left of the frame passes on (read)."""
-        self._walk, self._lenient = None, False
+        self._walk, self._walk_may_fail = None, False
         self._spans = []
-        self._passing = self._left
+        self._pass_on = self._unwalked
         self._reset()
-        if not self._passing and self._parts is not None:
+        if not self._pass_on and self._parts is not None:
             self._frame_seen()
 
-    def _walked(self) -> None:
+    def _note_record_spans(self) -> None:
         """A frame was walked to its end: note where its record data lay."""
         self._records = (tuple(self._spans), self._compact)
         self._spans = []
@@ -420,7 +425,7 @@ class _Splitter:
     def walking(self, steps: Walk, start: int, compact: bool, lenient: bool) -> Walk:
         """For on_head: walk this frame from `start` (an offset within its head; compact:
         a flexible version's encodings)."""
-        self._walk_from, self._compact, self._lenient = start, compact, lenient
+        self._walk_from, self._compact, self._walk_may_fail = start, compact, lenient
         return steps
 
     def _start_frame(self) -> None:
@@ -432,11 +437,11 @@ class _Splitter:
                 + " (not a Kafka stream, or a TLS/SASL peer talking to a plaintext port?)"
             )
         self._size = size
-        self._want = SIZE_PREFIX + min(size, self.head_size)
+        self._hold_to = SIZE_PREFIX + min(size, self.head_size)
 
     def _reset(self) -> None:
         self._held.clear()
-        self._want = SIZE_PREFIX
+        self._hold_to = SIZE_PREFIX  # bytes to hold before the next step: a prefix, a head...
         self._size = -1
         self._whole = False
 

@@ -162,19 +162,10 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
             field = item  # type: ignore[assignment]
             form = field.kind
         else:  # _TAGS
-            if pos < end and buf[pos] < 0x80:  # the usual case: a count of one byte, zero
-                count = buf[pos]
+            if pos < end and not buf[pos]:  # the usual case: no tagged fields
                 pos += 1
-                if not count:
-                    continue
             else:
-                count, buf, pos, end = yield from _uvarint(buf, pos, end)
-            for _ in range(count):
-                _tag, buf, pos, end = yield from _uvarint(buf, pos, end)
-                size, buf, pos, end = yield from _uvarint(buf, pos, end)
-                if end - pos < size:
-                    buf, pos, end = yield from _more(buf, pos, size)
-                pos += size
+                buf, pos, end = yield from _skip_tagged_fields(buf, pos, end)
             continue
         if form is STRUCT:
             assert field.struct is not None
@@ -225,6 +216,19 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
         else:
             todo.append(_Repeat(length, _Element(field)))
     return pos
+
+
+def _skip_tagged_fields(buf: Got, pos: int, end: int) -> Generator[Step, Got, tuple[Got, int, int]]:
+    """Step over a tagged-field section (KIP-482): a count, then each field's tag, size and
+    bytes."""
+    count, buf, pos, end = yield from _uvarint(buf, pos, end)
+    for _ in range(count):
+        _tag, buf, pos, end = yield from _uvarint(buf, pos, end)
+        size, buf, pos, end = yield from _uvarint(buf, pos, end)
+        if end - pos < size:
+            buf, pos, end = yield from _more(buf, pos, size)
+        pos += size
+    return buf, pos, end
 
 
 def _more(buf: Got, pos: int, need: int) -> Generator[Step, Got, tuple[Got, int, int]]:
