@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, TypeVar
 
 from kafkatunnel.protocol.api_versions import cap_api_versions
@@ -69,6 +70,13 @@ REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and ack
 # FindCoordinator v0-3, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, InitProducerId,
 # AddOffsetsToTxn, EndTxn, ConsumerGroupHeartbeat.
 ERROR_FIRST_APIS = frozenset({10, 11, 12, 13, 14, 22, 25, 26, 68})
+
+
+class Head(Enum):
+    """What a direction does with a frame whose head it has read (or a Walk: walk it)."""
+
+    PASS = "pass it through, head first, unread"
+    HOLD = "hold it whole for on_frame"
 
 
 class BrokersUnknown(Exception):
@@ -279,7 +287,7 @@ class _Splitter:
         """A frame's head is here: pass the frame through, hold it whole, or walk it, as
         on_head decides."""
         decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
-        if decision is True:
+        if decision is Head.PASS:
             out.append(held)
             self._pass_on = SIZE_PREFIX + self._size - len(held)
             self._reset()
@@ -287,7 +295,7 @@ class _Splitter:
                 self._parts.append(held)
                 if not self._pass_on:
                     self._frame_seen()
-        elif decision is False:
+        elif decision is Head.HOLD:
             self._whole = True
             self._hold_to = SIZE_PREFIX + self._size
             if len(held) == self._hold_to:
@@ -449,10 +457,10 @@ class _Splitter:
         if self.mid_frame:
             raise TruncatedFrame("the stream ended in the middle of a frame")
 
-    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
-        """True: pass this frame through (head first); False: hold it whole for on_frame;
-        a Walk (made with walking()): walk it as it streams (see streaming), its tail going
-        to on_tail."""
+    def on_head(self, head: bytes, complete: bool) -> Head | Walk:
+        """Head.PASS: pass this frame through (head first); Head.HOLD: hold it whole for
+        on_frame; a Walk (made with walking()): walk it as it streams (see streaming), its
+        tail going to on_tail."""
         raise NotImplementedError
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -467,14 +475,14 @@ class _Requests(_Splitter):
         super().__init__(max_frame_size, REQUEST_HEAD, records_only)
         self.exchange = exchange
 
-    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
+    def on_head(self, head: bytes, complete: bool) -> Head | Walk:
         try:
             header = parse_request_header(head)
             wanted = expects_response(head, header)
         except MalformedMessage:
             if complete:
                 raise
-            return False  # the header is longer than the head: look at the whole frame
+            return Head.HOLD  # the header is longer than the head: look at the whole frame
         self.exchange.observe_request(header, wanted)
         self._request = (header, wanted)
         if self.records_only and header.body_offset is not None:
@@ -482,7 +490,7 @@ class _Requests(_Splitter):
             if plan is not None:  # a Produce request: its records pass unread
                 steps = walk(plan, header_tags=False, tail=False)  # the header is read
                 return self.walking(steps, header.body_offset, plan.flexible, True)
-        return True
+        return Head.PASS
 
     def on_frame(self, whole: bytes) -> bytes:
         header = parse_request_header(whole)
@@ -502,7 +510,7 @@ class _Responses(_Splitter):
         self._current: InFlight | None = None
         self._plan: StructPlan | None = None  # of the response being walked
 
-    def on_head(self, head: bytes, complete: bool) -> bool | Walk:
+    def on_head(self, head: bytes, complete: bool) -> Head | Walk:
         request = self.exchange.tracker.response(response_correlation_id(head))
         self.exchange.stats.responses += 1
         plan = streamable(request.api_key, request.api_version)
@@ -511,7 +519,7 @@ class _Responses(_Splitter):
             return self.walking(walk(plan), RESPONSE_WALK_START, compact=True, lenient=False)
         if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
             self._current = request
-            return False
+            return Head.HOLD
         if self.records_only:
             plan = carrying_records(request.api_key, request.api_version, response=True)
             if plan is not None:  # a Fetch answer that names no broker: records pass unread
@@ -520,7 +528,7 @@ class _Responses(_Splitter):
                 return self.walking(steps, RESPONSE_WALK_START, plan.flexible, lenient=True)
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, head)
-        return True
+        return Head.PASS
 
     def on_frame(self, whole: bytes) -> bytes:
         request = self._current
