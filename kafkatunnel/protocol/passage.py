@@ -312,28 +312,30 @@ class _Splitter:
 
     def _whole_frame(self, held: bytes, out: list[Chunk]) -> None:
         """A frame held whole: pass on what on_frame makes of it."""
-        try:
-            made = self.on_frame(held)
-        except BrokersUnknown as stop:
-            self._stop = _Stop(held, False, stop.brokers)
-            return
-        out.append(made)
-        self._reset()
-        if self._parts is not None:
-            self._parts.append(out[-1])
-            self._frame_seen()
+        if self._made(held, False, out):
+            self._reset()
+            self._last_part_seen(out)
 
     def _tail_read(self, tail: bytes, out: list[Chunk]) -> None:
         """A walked frame's tail is here: pass on what on_tail makes of it."""
+        if self._made(tail, True, out):
+            self._walk, self._tail_next, self._walk_may_fail = None, False, False
+            self._note_record_spans()
+            self._reset()
+            self._last_part_seen(out)
+
+    def _made(self, data: bytes, tail: bool, out: list[Chunk]) -> bool:
+        """Append what on_frame (on_tail) makes of `data`; False: stopped instead, at an
+        answer naming brokers not learned yet (see unknown_brokers)."""
         try:
-            made = self.on_tail(tail)
+            out.append(self.on_tail(data) if tail else self.on_frame(data))
         except BrokersUnknown as stop:
-            self._stop = _Stop(tail, True, stop.brokers)
-            return
-        out.append(made)
-        self._walk, self._tail_next, self._walk_may_fail = None, False, False
-        self._note_record_spans()
-        self._reset()
+            self._stop = _Stop(data, tail, stop.brokers)
+            return False
+        return True
+
+    def _last_part_seen(self, out: list[Chunk]) -> None:
+        """The frame's last part is the last chunk out: an observer sees the frame now."""
         if self._parts is not None:
             self._parts.append(out[-1])
             self._frame_seen()
