@@ -19,7 +19,8 @@ from kafkatunnel.protocol.rewrite import BrokerAddress
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
-from kafkatunnel.tunnel.tls import TlsUpstream, accept_tls
+from kafkatunnel.tunnel.tls import accept_tls
+from kafkatunnel.tunnel.tls_stream import TlsUpstream
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
