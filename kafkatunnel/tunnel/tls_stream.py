@@ -108,8 +108,10 @@ class TlsUpstream(Upstream):
                 break
             except ssl.SSLError as error:
                 if not self._incoming.eof:
-                    self._fail(alert_message(openssl_reason(error)))
-                    self.refused = True  # the broker said no to this client: retrying won't help
+                    reason = openssl_reason(error)
+                    self._fail(alert_message(reason))
+                    # An alert: the far end said no to this client, and will say it again.
+                    self.refused = "alert" in reason
                 break
             if not chunk:  # SSLObject's word for the broker's close_notify
                 self._end_from_broker()
