@@ -41,7 +41,7 @@ from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.dns.server import bind_dns
 from kafkatunnel.files import private_dir
-from kafkatunnel.hostnames import ClusterZones, check_address
+from kafkatunnel.hostnames import ClusterZones, check_address, check_host
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
@@ -57,6 +57,7 @@ from kafkatunnel.tunnel import (
     parse_mapping,
 )
 from kafkatunnel.tunnel.control import fetch
+from kafkatunnel.tunnel.listeners import interface_of
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
 from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context, pkcs12_pem
 from kafkatunnel.tunnel.tunnel import DEFAULT_MAX_CONNECTIONS
@@ -93,6 +94,12 @@ def up(
         "127.0.0.1:9092",
         metavar="HOST:PORT",
         help="Bootstrap listener; brokers get the following ports.",
+    ),
+    advertise: str | None = typer.Option(
+        None,
+        metavar="HOST",
+        help="The host clients are told (in answers and bootstrap.servers) instead of the "
+        "listen address, e.g. host.docker.internal for containers.",
     ),
     broker_port: list[str] = typer.Option(
         [],
@@ -266,7 +273,7 @@ def up(
         mode=mode, dns=dns_options, brokers=broker, record=record_options,
         zero_copy=zero_copy, start_timeout=start_timeout, max_brokers=max_brokers,
         max_connections=max_connections, metrics_listen=metrics_listen, privileges=privileges,
-        tls=tls_options, client_tls=client_tls,
+        tls=tls_options, client_tls=client_tls, advertise=advertise,
     )  # fmt: skip
 
 
@@ -531,16 +538,19 @@ def run_up(
     privileges: Privileges | None = None,
     tls: TlsOptions | None = None,
     client_tls: bool = False,
+    advertise: str | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
     for warning_text in tls.warnings() if tls else []:
         console.print(f"[yellow]warning: {warning_text}[/]")
+    if advertise is not None:
+        try:
+            check_host(advertise)
+        except ValueError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--advertise") from None
     if host not in LOOPBACK:
-        console.print(
-            f"[yellow]warning: listening on {host}, not loopback: other machines can reach "
-            "your cluster through this tunnel[/]"
-        )
+        console.print(f"[yellow]warning: {reach_of_listener(host)}[/]")
     dns = dns or DnsOptions()
     for entry in brokers or []:
         try:
@@ -587,6 +597,7 @@ def run_up(
             dns_sockets=privileges.dns_sockets if privileges else None,
             tls=tls,
             client_tls=client_tls,
+            advertise=advertise,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None
@@ -607,6 +618,20 @@ def run_up(
     except (PortInUse, OSError, KubectlError) as cause:
         error(str(cause))
         raise typer.Exit(2) from None
+
+
+def reach_of_listener(host: str) -> str:
+    """Who can reach a listener that is not on loopback, said as plainly as we know it."""
+    if host in ("0.0.0.0", "::"):
+        return (f"listening on {host}, every address of this machine: other machines and "
+                "containers can reach your cluster through this tunnel")  # fmt: skip
+    interface = interface_of(host)
+    if interface is None:
+        return f"listening on {host}, not loopback: whoever can reach {host} can reach your cluster"
+    bridge = Path(f"/sys/class/net/{interface}/bridge").exists()
+    who = f"the containers on bridge {interface}" if bridge else f"whatever reaches {interface}"
+    return (f"listening on {host} ({interface}), not loopback: {who} can reach your cluster "
+            "through this tunnel")  # fmt: skip
 
 
 def _unreachable_fix(forwarder: Forwarder) -> str:

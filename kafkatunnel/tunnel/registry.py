@@ -143,7 +143,10 @@ class BrokerRegistry:
         on_new: Callable[[Endpoint], None] | None = None,
         first_dns_address: str = "127.0.0.2",
         max_brokers: int = DEFAULT_MAX_BROKERS,
+        advertise: str | None = None,
     ) -> None:
+        """advertise: the host clients are told (default: the listen host)."""
+        self.advertise = advertise
         self.first_dns_address = ipaddress.IPv4Address(first_dns_address)
         self.max_brokers = max_brokers
         self.refusals: dict[int, Refusal] = {}  # the first REFUSALS_KEPT, by node id
@@ -244,7 +247,7 @@ class BrokerRegistry:
             and endpoint.advertised_port == address.port
             and endpoint.advertised_host == address.host
         ):
-            return endpoint.listen_host, endpoint.listen_port
+            return self.advertise or endpoint.listen_host, endpoint.listen_port
         if (
             address.node_id in self.unserved
             or self._refusal(address) is not None  # decided again: not all are kept

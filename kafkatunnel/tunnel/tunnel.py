@@ -24,7 +24,9 @@ from kafkatunnel.hostnames import (
     DEFAULT_CLUSTER_DOMAIN,
     OUTSIDE_ZONES,
     ClusterZones,
+    UntrustedName,
     check_address,
+    check_host,
     is_ip_literal,
 )
 from kafkatunnel.probe import ProbeConnection, split_address
@@ -82,6 +84,7 @@ class TunnelConfig:
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
     client_tls: bool = False  # serve clients TLS, with a CA of the tunnel's own
+    advertise: str | None = None  # the host clients are told, if not the listen host
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -100,6 +103,11 @@ class TunnelConfig:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be 1 or more, not {self.max_connections}")
         check_address(*split_address(self.bootstrap))
+        if self.advertise is not None:
+            try:
+                check_host(self.advertise)
+            except UntrustedName as cause:
+                raise ValueError(f"--advertise: {cause}") from None
         for broker in self.brokers:
             check_address(*split_address(broker))
 
@@ -128,6 +136,7 @@ class Tunnel:
             on_new=self._open_broker,
             first_dns_address=config.first_dns_address,
             max_brokers=config.max_brokers,
+            advertise=config.advertise,
         )
         self.zones = config.zones
         self.transparent = config.mode == "transparent"
@@ -151,8 +160,14 @@ class Tunnel:
 
     @property
     def bootstrap_servers(self) -> str:
-        host = self.config.listen_host
-        return f"[{host}]:{self.config.listen_port}" if ":" in host else self.bootstrap.local
+        """What clients of the listener are told: the advertised host (--advertise, else the
+        listen address) and the bootstrap port."""
+        host = self.config.advertise or self.config.listen_host
+        return (
+            f"[{host}]:{self.config.listen_port}"
+            if ":" in host
+            else f"{host}:{self.config.listen_port}"
+        )
 
     @property
     def client_bootstrap(self) -> str:
