@@ -56,6 +56,8 @@ from kafkatunnel.tunnel import (
     Unreachable,
     parse_mapping,
 )
+from kafkatunnel.tunnel.containers import ContainerPlan, ContainersError
+from kafkatunnel.tunnel.containers import plan as plan_for_containers
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.listeners import interface_of
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
@@ -100,6 +102,18 @@ def up(
         metavar="HOST",
         help="The host clients are told (in answers and bootstrap.servers) instead of the "
         "listen address, e.g. host.docker.internal for containers.",
+    ),
+    for_containers: bool = typer.Option(
+        False,
+        "--for-containers",
+        help="Also serve containers on this machine: on Linux on the Docker bridge's address "
+        "(loopback still served), on Docker Desktop as host.docker.internal.",
+    ),
+    container_network: str | None = typer.Option(
+        None,
+        metavar="NAME",
+        help="With --for-containers: the Docker network (or bridge interface) they use "
+        "(default docker0).",
     ),
     broker_port: list[str] = typer.Option(
         [],
@@ -273,7 +287,9 @@ def up(
         mode=mode, dns=dns_options, brokers=broker, record=record_options,
         zero_copy=zero_copy, start_timeout=start_timeout, max_brokers=max_brokers,
         max_connections=max_connections, metrics_listen=metrics_listen, privileges=privileges,
-        tls=tls_options, client_tls=client_tls, advertise=advertise,
+        tls=tls_options, client_tls=client_tls,
+        advertise=None if for_containers else advertise,
+        containers=container_plan(console, for_containers, container_network, advertise),
     )  # fmt: skip
 
 
@@ -539,6 +555,7 @@ def run_up(
     tls: TlsOptions | None = None,
     client_tls: bool = False,
     advertise: str | None = None,
+    containers: ContainerPlan | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
@@ -549,8 +566,11 @@ def run_up(
             check_host(advertise)
         except ValueError as cause:
             raise typer.BadParameter(str(cause), param_hint="--advertise") from None
-    if host not in LOOPBACK:
-        console.print(f"[yellow]warning: {reach_of_listener(host)}[/]")
+    audiences = [containers.audience] if containers and containers.audience else []
+    advertise = advertise or (containers.advertise if containers else None)
+    for listening in [host, *(a.listen for a in audiences)]:
+        if listening not in LOOPBACK:
+            console.print(f"[yellow]warning: {reach_of_listener(listening)}[/]")
     dns = dns or DnsOptions()
     for entry in brokers or []:
         try:
@@ -598,6 +618,7 @@ def run_up(
             tls=tls,
             client_tls=client_tls,
             advertise=advertise,
+            audiences=audiences,
         )
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--mode") from None
@@ -618,6 +639,33 @@ def run_up(
     except (PortInUse, OSError, KubectlError) as cause:
         error(str(cause))
         raise typer.Exit(2) from None
+
+
+def container_plan(
+    console: Console, wanted: bool, network: str | None, advertise: str | None
+) -> ContainerPlan | None:
+    """Where containers reach the tunnel (--for-containers), said in one line; --advertise
+    then names the host containers are told (host.docker.internal, say)."""
+    if not wanted:
+        if network is not None:
+            raise typer.BadParameter("goes with --for-containers", param_hint="--container-network")
+        return None
+    try:
+        chosen = plan_for_containers(network)
+    except ContainersError as cause:
+        raise typer.BadParameter(str(cause), param_hint="--for-containers") from None
+    if advertise is not None:
+        try:
+            check_host(advertise)
+        except ValueError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--advertise") from None
+        if chosen.audience is not None:
+            audience = dataclasses.replace(chosen.audience, advertise=advertise)
+            chosen = dataclasses.replace(chosen, audience=audience)
+        else:
+            chosen = dataclasses.replace(chosen, advertise=advertise)
+    console.print(chosen.said, highlight=False)
+    return chosen
 
 
 def reach_of_listener(host: str) -> str:
@@ -681,6 +729,8 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     await tunnel.start()
     print(f"bootstrap.servers={tunnel.client_bootstrap}", flush=True)
+    for told in tunnel.audience_bootstraps().values():
+        print(f"containers: bootstrap.servers={told}", flush=True)
     if tunnel.client_tls is not None:
         print("security.protocol=SSL", flush=True)
         print(f"ssl.ca.location={tunnel.client_tls.ca}", flush=True)

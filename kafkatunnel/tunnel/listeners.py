@@ -132,21 +132,23 @@ class Acceptor:
 _SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
 
 
-def interface_of(address: str) -> str | None:
-    """The network interface that holds an IPv4 address on this machine (None: none here,
-    or not Linux): what can reach a listener on it is what can reach that interface."""
+def address_of(interface: str) -> str | None:
+    """An interface's IPv4 address (None: it has none, or this is not Linux)."""
     import fcntl
     import struct
 
+    request = struct.pack("256s", interface.encode()[:15])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            answer = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+        except OSError:
+            return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that holds an IPv4 address on this machine (None: none here,
+    or not Linux): what can reach a listener on it is what can reach that interface."""
     if not hasattr(socket, "if_nameindex"):
         return None
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                answer = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
-            except OSError:
-                continue  # no IPv4 address on it
-            if socket.inet_ntoa(answer[20:24]) == address:
-                return name
-    return None
+    return next((name for _, name in socket.if_nameindex() if address_of(name) == address), None)

@@ -34,7 +34,7 @@ from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kafkatunnel.protocol.passage import Exchange, PassThrough
-from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
+from kafkatunnel.protocol.rewrite import BrokerAddress, Mapper, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.client_tls import listener_tls
@@ -54,6 +54,20 @@ PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
 DEFAULT_MAX_CONNECTIONS = 1024
 
 MODES = ("rewrite", "transparent")
+
+
+@dataclass(frozen=True)
+class Audience:
+    """Clients served on another address besides the listen address (containers on a
+    bridge): where the tunnel listens for them, on the same ports, and the host they are
+    told in answers."""
+
+    listen: str
+    advertise: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.listen} (told {self.advertise})"
 
 
 @dataclass
@@ -85,6 +99,7 @@ class TunnelConfig:
     tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
     client_tls: bool = False  # serve clients TLS, with a CA of the tunnel's own
     advertise: str | None = None  # the host clients are told, if not the listen host
+    audiences: list[Audience] = field(default_factory=list)  # also served (containers)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -103,11 +118,15 @@ class TunnelConfig:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be 1 or more, not {self.max_connections}")
         check_address(*split_address(self.bootstrap))
-        if self.advertise is not None:
+        for told in [self.advertise, *(a.advertise for a in self.audiences)]:
             try:
-                check_host(self.advertise)
+                if told is not None:
+                    check_host(told)
             except UntrustedName as cause:
                 raise ValueError(f"--advertise: {cause}") from None
+        if self.audiences and self.mode == "transparent":
+            raise ValueError("containers are served in rewrite mode (transparent mode keeps "
+                             "the brokers' own names)")  # fmt: skip
         for broker in self.brokers:
             check_address(*split_address(broker))
 
@@ -154,7 +173,8 @@ class Tunnel:
         self._draining: set[Upstream] = set()  # closed, their process or socket not yet gone
         self._loop: asyncio.AbstractEventLoop | None = None
         self.recorder: Recorder | None = None
-        self._claimed: dict[int, socket.socket] = {}  # pinned broker ports, bound at start
+        # pinned broker ports, bound at start: the listen address's, then each audience's
+        self._claimed: dict[int, list[socket.socket]] = {}
         self.turned_away = 0  # connections closed at accept: too many open
         self._full_log = RateLimitedLog(log, "%d client connection(s) closed at accept%s: %s")
 
@@ -181,17 +201,23 @@ class Tunnel:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
+        others: list[socket.socket] = []
         try:
+            for audience in self.config.audiences:
+                flag = f"--listen HOST:PORT, for {audience.name}"
+                others.append(bind_listener(audience.listen, self.config.listen_port, flag))
             if not self.transparent:
                 self._claim_pinned_ports()
         except BaseException:
-            sock.close()
+            for bound in [sock, *others]:
+                bound.close()
             raise
         if self.config.start_timeout is not None:
             try:
                 await self.reach_bootstrap(self.config.start_timeout)
             except BaseException:
-                sock.close()
+                for bound in [sock, *others]:
+                    bound.close()
                 self._release_claims()
                 raise
         if self.config.record_dir is not None:
@@ -199,6 +225,8 @@ class Tunnel:
                 self.config.record_dir, self.config.record_rotate_bytes, self.config.record_payloads
             )
         await self._serve(sock, self.bootstrap)
+        for other, audience in zip(others, self.config.audiences, strict=True):
+            await self._serve(other, self.bootstrap, audience)
         if self.dns is not None:
             await self.dns.start()
         if self.config.control:
@@ -220,15 +248,24 @@ class Tunnel:
         try:
             for node_id, port in sorted(self.config.broker_ports.items()):
                 flag = f"--broker-port {node_id}=PORT"
-                self._claimed[node_id] = bind_listener(self.config.listen_host, port, flag)
+                self._claimed[node_id] = claimed = []
+                for host in self._listen_hosts:
+                    claimed.append(bind_listener(host, port, flag))
         except BaseException:
             self._release_claims()
             raise
 
     def _release_claims(self) -> None:
-        for sock in self._claimed.values():
-            sock.close()
+        for socks in self._claimed.values():
+            for sock in socks:
+                sock.close()
         self._claimed.clear()
+
+    @property
+    def _listen_hosts(self) -> list[str]:
+        """Every address a broker's port is bound on: the listen address, then each
+        audience's, in that order."""
+        return [self.config.listen_host, *(a.listen for a in self.config.audiences)]
 
     async def reach_bootstrap(self, timeout: float) -> None:
         """Until the bootstrap broker answers through the forwarder (Unreachable, naming the
@@ -304,8 +341,11 @@ class Tunnel:
 
     # -- listeners --------------------------------------------------------------------------
 
-    async def _serve(self, sock: socket.socket, endpoint: Endpoint) -> None:
-        acceptor = Acceptor(sock, lambda conn: self._accepted(endpoint, conn))
+    async def _serve(
+        self, sock: socket.socket, endpoint: Endpoint, audience: Audience | None = None
+    ) -> None:
+        """Accept clients on `sock` for `endpoint`; those of an audience are told its host."""
+        acceptor = Acceptor(sock, lambda conn: self._accepted(endpoint, conn, audience))
         acceptor.start()
         self.acceptors.append(acceptor)
         endpoint.state = "listening"
@@ -320,23 +360,23 @@ class Tunnel:
         its name is inside the cluster's zones. Transparent mode listens only there, and
         passes bytes untouched."""
         endpoint.route = self.forwarder.describe(endpoint.advertised_host, endpoint.advertised_port)
-        sockets = []
+        sockets: list[tuple[socket.socket, Audience | None]] = []
         if not self.transparent:
-            sock = self._bind_broker_port(endpoint)
-            if sock is None:
+            bound = self._bind_broker_port(endpoint)
+            if bound is None:
                 return
-            sockets.append(sock)
+            sockets += zip(bound, [None, *self.config.audiences], strict=True)
         if self.dns is not None and endpoint.dns_address is not None:
             named = self._bind_name(endpoint)
             if named is not None:
-                sockets.append(named)
+                sockets.append((named, None))
             elif self.transparent:  # its name leads nowhere: nothing to serve
                 endpoint.state = "not resolved"
                 return
         self.forwarder.expect(endpoint.advertised_host, endpoint.advertised_port)
         assert self._loop is not None
-        for sock in sockets:
-            task = self._loop.create_task(self._serve(sock, endpoint))
+        for sock, audience in sockets:
+            task = self._loop.create_task(self._serve(sock, endpoint, audience))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         log.info("broker %s %s -> %s", endpoint.node_id, endpoint.advertised, endpoint.local)
@@ -367,9 +407,10 @@ class Tunnel:
             endpoint.listen_host, endpoint.listen_port = sock.getsockname()[:2]
         return sock
 
-    def _bind_broker_port(self, endpoint: Endpoint) -> socket.socket | None:
-        """The broker's rewrite-mode listener: on its pinned or planned port, else on the
-        next free one (a pinned port was claimed at start, so it cannot be taken here)."""
+    def _bind_broker_port(self, endpoint: Endpoint) -> list[socket.socket] | None:
+        """The broker's rewrite-mode listeners, one per listen address (see _listen_hosts),
+        all on one port: its pinned or planned one, else the next free everywhere (a pinned
+        port was claimed at start, so it cannot be taken here)."""
         claimed = (
             self._claimed.pop(endpoint.node_id, None) if endpoint.node_id is not None else None
         )
@@ -378,9 +419,14 @@ class Tunnel:
         pinned = endpoint.node_id in self.config.broker_ports
         flag = f"--broker-port {endpoint.node_id}=PORT"
         for _ in range(PORT_ATTEMPTS):
+            bound: list[socket.socket] = []
             try:
-                return bind_listener(endpoint.listen_host, endpoint.listen_port, flag)
+                for host in self._listen_hosts:
+                    bound.append(bind_listener(host, endpoint.listen_port, flag))
+                return bound
             except PortInUse as error:
+                for sock in bound:
+                    sock.close()
                 if pinned:
                     self._cannot_listen(endpoint, str(error), [])
                     return None
@@ -400,7 +446,9 @@ class Tunnel:
         self.registry.unlisten(endpoint)
         log.error("broker %s: %s", endpoint.node_id, why)
 
-    def _accepted(self, endpoint: Endpoint, sock: socket.socket) -> None:
+    def _accepted(
+        self, endpoint: Endpoint, sock: socket.socket, audience: Audience | None = None
+    ) -> None:
         if len(self.connections) >= self.config.max_connections:
             sock.close()
             self.turned_away += 1
@@ -409,13 +457,13 @@ class Tunnel:
                 "closed at once (raise --max-connections, or find the client that leaks them)"
             )
             return
-        self._connection(endpoint).start(sock)
+        self._connection(endpoint, audience).start(sock)
 
-    def _connection(self, endpoint: Endpoint) -> ClientConnection:
+    def _connection(self, endpoint: Endpoint, audience: Audience | None) -> ClientConnection:
         connection = ClientConnection(
             endpoint,
             self.forwarder,
-            self._exchange,
+            lambda served: self._exchange(served, audience),
             self.config.connect_timeout,
             self._closed,
             self._record if self.recorder is not None else None,
@@ -445,17 +493,32 @@ class Tunnel:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    def _exchange(self, endpoint: Endpoint) -> Exchange | PassThrough:
+    def _exchange(self, endpoint: Endpoint, audience: Audience | None) -> Exchange | PassThrough:
         if self.transparent:
             return PassThrough()
         return Exchange(
-            self.registry.map,
+            self.registry.map if audience is None else self._told(audience.advertise),
             self.caps,
             max_frame_size=self.config.max_frame_size,
             on_request=endpoint.count_request,
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,
         )
+
+    def _told(self, advertise: str) -> Mapper:
+        """The mapper for an audience: the tunnel's addresses, with its host in them."""
+        ours = self.config.advertise or self.config.listen_host
+
+        def mapper(address: BrokerAddress) -> tuple[str, int]:
+            host, port = self.registry.map(address)
+            return (advertise, port) if host == ours else (host, port)
+
+        return mapper
+
+    def audience_bootstraps(self) -> dict[str, str]:
+        """bootstrap.servers for each audience (by its listen address)."""
+        port = self.config.listen_port
+        return {a.listen: f"{a.advertise}:{port}" for a in self.config.audiences}
 
     # -- reporting --------------------------------------------------------------------------
 
@@ -477,6 +540,13 @@ class Tunnel:
             "notes": self.notes,
             # clients' TLS (--client-tls): the CA they trust
             "client_tls": None if self.client_tls is None else {"ca": str(self.client_tls.ca)},
+            # others served on their own address (containers): where, and what they are told
+            "audiences": [
+                {"listen": a.listen, "advertise": a.advertise, "bootstrap_servers": told}
+                for a, told in zip(
+                    self.config.audiences, self.audience_bootstraps().values(), strict=True
+                )
+            ],
             # where /status and /metrics are served (None: no control socket)
             "control": None if self.control is None else self.control.address,
             "metrics": None if self.control is None else self.control.metrics_address,

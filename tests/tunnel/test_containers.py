@@ -4,19 +4,24 @@ a name that resolves only inside it (--advertise)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from tests.tunnel.container import HOST_ADDRESS, HOST_NAME, Container
 
 MESSAGES = 30
+WORKLOAD = ("-m", "kafkatunnel.localcluster.workload")
 
 
 def test_a_container_uses_groups_on_every_coordinator_at_host_docker_internal(
@@ -33,11 +38,10 @@ def test_a_container_uses_groups_on_every_coordinator_at_host_docker_internal(
         with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
             bootstrap = tunnel.bootstrap_servers
             assert bootstrap == f"{HOST_NAME}:{port}"
-            workload = ("-m", "kafkatunnel.localcluster.workload")
-            produced = box.python(*workload, "produce", bootstrap, topic, str(MESSAGES))
+            produced = box.python(*WORKLOAD, "produce", bootstrap, topic, str(MESSAGES))
             assert produced.stdout.startswith(f"PRODUCED {MESSAGES}"), produced.stderr[-2000:]
             for node, (group,) in sorted(spread.items()):
-                consumed = box.python(*workload, "consume", bootstrap, group, topic,
+                consumed = box.python(*WORKLOAD, "consume", bootstrap, group, topic,
                                       str(MESSAGES), "60")  # fmt: skip
                 assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
                     node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
@@ -73,3 +77,65 @@ def test_up_names_the_bridge_whose_containers_can_reach_the_tunnel(
         f"listening on {HOST_ADDRESS} ({box.bridge}), not loopback: the containers on "
         f"bridge {box.bridge} can reach your cluster" in said
     ), said
+
+
+@pytest.mark.parametrize("told", [None, HOST_NAME], ids=["bridge address", "advertised name"])
+def test_for_containers_serves_the_bridge_and_loopback_in_one_run(
+    cluster: LocalCluster, told: str | None
+) -> None:
+    """up --for-containers on a given bridge: containers consume at the bridge's address (or
+    at --advertise's name), with groups on every coordinator, confluent-kafka and aiokafka,
+    while a host client does the same on loopback; nothing listens anywhere else."""
+    topic = f"both-{uuid.uuid4().hex[:6]}"
+    spread = cluster.groups_by_coordinator(2, prefix=f"{topic}-g")
+    with Container() as box:
+        port = free_port_run(8)
+        up = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
+                "--listen", f"127.0.0.1:{port}", "--for-containers",
+                "--container-network", box.bridge, *(["--advertise", told] if told else []),
+            ],
+            name="kafkatunnel-up-containers",
+        )  # fmt: skip
+        try:
+            host = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=30).group(1)
+            said_inside = up.wait_for_line(r"^containers: bootstrap\.servers=(\S+)$", timeout=5)
+            inside = said_inside.group(1)
+            assert (host, inside) == (f"127.0.0.1:{port}", f"{told or HOST_ADDRESS}:{port}")
+            assert produce(host, topic, MESSAGES) == MESSAGES
+            for node, (theirs, ours) in sorted(spread.items()):
+                consumed = box.python(*WORKLOAD, "consume", inside, theirs, topic,
+                                      str(MESSAGES), "60")  # fmt: skip
+                assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
+                    node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
+                mine = consume_group(host, ours, topic, MESSAGES, timeout=60)
+                assert (mine.consumed, mine.coordinator_errors) == (MESSAGES, []), node
+            aio = box.python("tests/tunnel/aio_consume.py", inside, f"{topic}-aio",
+                             topic, str(MESSAGES))  # fmt: skip
+            assert aio.stdout.startswith(f"CONSUMED {MESSAGES}"), aio.stderr[-2000:]
+            assert listening_addresses(up.pid) == {"127.0.0.1", HOST_ADDRESS}
+        finally:
+            up.stop()
+    said = " ".join(up.output().split())
+    assert f"containers on bridge {box.bridge} reach the tunnel at {HOST_ADDRESS}" in said
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """The addresses a process's listening TCP sockets are bound to (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add(socket.inet_ntop(family, words))
+    return found
