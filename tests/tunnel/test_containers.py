@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import sys
 import uuid
@@ -16,8 +17,9 @@ import pytest
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_group, produce
-from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
+from kafkatunnel.tunnel import ExecForwarder, TunnelConfig, containers
 from kafkatunnel.tunnel.background import BackgroundTunnel
+from kafkatunnel.tunnel.tunnel import Audience
 from tests.tunnel.container import HOST_ADDRESS, HOST_NAME, Container
 
 MESSAGES = 30
@@ -139,3 +141,22 @@ def listening_addresses(pid: int) -> set[str]:
                 words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 found.add(socket.inet_ntop(family, words))
     return found
+
+
+def test_where_containers_reach_the_tunnel_is_decided_or_explained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    desktop = containers.plan(None, platform="darwin")
+    assert (desktop.audience, desktop.advertise) == (None, HOST_NAME)
+    monkeypatch.setattr(containers, "DOCKER_BRIDGE", "kt-no-docker0")
+    with pytest.raises(containers.ContainersError, match="is Docker installed and running"):
+        containers.plan(None, platform="linux")
+    with pytest.raises(containers.ContainersError, match="is not a network name"):
+        containers.plan("-rm", platform="linux")
+    with monkeypatch.context() as patch, pytest.raises(containers.ContainersError,
+                                                        match="no docker command"):  # fmt: skip
+        patch.setattr(shutil, "which", lambda _: None)
+        containers.plan("kt-no-such-network", platform="linux")
+    with Container() as box:
+        bridged = containers.plan(box.bridge, platform="linux")
+    assert bridged.audience == Audience(HOST_ADDRESS, HOST_ADDRESS)
