@@ -2,8 +2,8 @@
 written, or says in its fence what it needs that a test machine lacks.
 
 A fence's second word is that need: ```bash kubernetes (a cluster in Kubernetes),
-spark-cluster (HDFS or YARN), benchmark (minutes of measuring, run by hand), setup (the
-README's own two commands, which CI runs). Their `kafkatunnel` lines are still parsed by the
+spark-cluster (HDFS or YARN), benchmark (minutes of measuring, run by hand), docker (a
+Docker daemon), setup (the README's own two commands, which CI runs). Their `kafkatunnel` lines are still parsed by the
 real command line, so a renamed flag fails here; their scripts must exist and know the flags.
 
 Every other block runs with bash inside a network namespace that plays the laptop: a tunnel
@@ -42,6 +42,7 @@ NEEDS = {
     "spark-cluster": "HDFS or YARN",
     "benchmark": "minutes of measuring",
     "setup": "a fresh machine (CI runs these)",
+    "docker": "a Docker daemon (tests/tunnel/test_containers.py plays its containers)",
 }
 UNTIL_INTERRUPTED = "# until Ctrl-C"
 BOX = re.compile(r"[│┃┏┓┗┛┡┩┠┨┯┷┳┻╇╈━─┼╋┣┫┬┴├┤┌┐└┘]")
