@@ -3,8 +3,9 @@ written, or says in its fence what it needs that a test machine lacks.
 
 A fence's second word is that need: ```bash kubernetes (a cluster in Kubernetes),
 spark-cluster (HDFS or YARN), benchmark (minutes of measuring, run by hand), docker (a
-Docker daemon), setup (the README's own two commands, which CI runs). Their `kafkatunnel` lines are still parsed by the
-real command line, so a renamed flag fails here; their scripts must exist and know the flags.
+Docker daemon), setup (the README's own two commands, which CI runs). Their `kafkatunnel`
+lines are still parsed by the real command line, so a renamed flag fails here; their scripts
+must exist and know the flags.
 
 Every other block runs with bash inside a network namespace that plays the laptop: a tunnel
 on 127.0.0.1:9092 (as the docs assume) to the local cluster, recording to recordings/, with

@@ -1,7 +1,7 @@
-"""aiokafka, as an application in a container runs it: consume TOPIC as GROUP until COUNT
-records, committing; prints `CONSUMED n`.
+"""aiokafka, as an application in a container runs it: consume TOPIC from the start as each
+GROUP (at once) until COUNT records, committing; prints `CONSUMED GROUP n` per group.
 
-    python tests/tunnel/aio_consume.py BOOTSTRAP GROUP TOPIC COUNT"""
+    python tests/tunnel/aio_consume.py BOOTSTRAP TOPIC COUNT GROUP [GROUP ...]"""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ async def consume(bootstrap: str, group: str, topic: str, count: int) -> int:
     return seen
 
 
+async def main(bootstrap: str, topic: str, count: int, groups: list[str]) -> None:
+    done = await asyncio.gather(*(consume(bootstrap, g, topic, count) for g in groups))
+    for group, seen in zip(groups, done, strict=True):
+        print(f"CONSUMED {group} {seen}", flush=True)
+
+
 if __name__ == "__main__":
-    bootstrap, group, topic, count = sys.argv[1:5]
-    print(f"CONSUMED {asyncio.run(consume(bootstrap, group, topic, int(count)))}", flush=True)
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]))

@@ -47,9 +47,9 @@ def test_a_container_uses_groups_on_every_coordinator_at_host_docker_internal(
                                       str(MESSAGES), "60")  # fmt: skip
                 assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
                     node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
-            aio = box.python("tests/tunnel/aio_consume.py", bootstrap, f"{topic}-aio", topic,
-                             str(MESSAGES))  # fmt: skip
-            assert aio.stdout.startswith(f"CONSUMED {MESSAGES}"), aio.stderr[-2000:]
+            aio = box.python("tests/tunnel/aio_consume.py", bootstrap, topic, str(MESSAGES),
+                             f"{topic}-aio")  # fmt: skip
+            assert aio.stdout.startswith(f"CONSUMED {topic}-aio {MESSAGES}"), aio.stderr[-2000:]
             listening = {e["tunnel"] for e in tunnel.status()["endpoints"]}
             assert all(a.startswith(f"{HOST_ADDRESS}:") for a in listening), listening
     with pytest.raises(socket.gaierror):  # the name the clients were told: theirs alone
@@ -86,10 +86,10 @@ def test_for_containers_serves_the_bridge_and_loopback_in_one_run(
     cluster: LocalCluster, told: str | None
 ) -> None:
     """up --for-containers on a given bridge: containers consume at the bridge's address (or
-    at --advertise's name), with groups on every coordinator, confluent-kafka and aiokafka,
-    while a host client does the same on loopback; nothing listens anywhere else."""
+    at --advertise's name) with groups on every coordinator, with confluent-kafka and with
+    aiokafka, while a host client does the same on loopback; nothing listens elsewhere."""
     topic = f"both-{uuid.uuid4().hex[:6]}"
-    spread = cluster.groups_by_coordinator(2, prefix=f"{topic}-g")
+    spread = cluster.groups_by_coordinator(3, prefix=f"{topic}-g")
     with Container() as box:
         port = free_port_run(8)
         up = ManagedProcess(
@@ -107,16 +107,19 @@ def test_for_containers_serves_the_bridge_and_loopback_in_one_run(
             inside = said_inside.group(1)
             assert (host, inside) == (f"127.0.0.1:{port}", f"{told or HOST_ADDRESS}:{port}")
             assert produce(host, topic, MESSAGES) == MESSAGES
-            for node, (theirs, ours) in sorted(spread.items()):
+            for node, (theirs, ours, _) in sorted(spread.items()):
                 consumed = box.python(*WORKLOAD, "consume", inside, theirs, topic,
                                       str(MESSAGES), "60")  # fmt: skip
                 assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
                     node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
                 mine = consume_group(host, ours, topic, MESSAGES, timeout=60)
                 assert (mine.consumed, mine.coordinator_errors) == (MESSAGES, []), node
-            aio = box.python("tests/tunnel/aio_consume.py", inside, f"{topic}-aio",
-                             topic, str(MESSAGES))  # fmt: skip
-            assert aio.stdout.startswith(f"CONSUMED {MESSAGES}"), aio.stderr[-2000:]
+            aio_groups = [groups[2] for groups in spread.values()]  # one per coordinator
+            aio = box.python("tests/tunnel/aio_consume.py", inside, topic, str(MESSAGES),
+                             *aio_groups)  # fmt: skip
+            assert aio.stdout.split("\n")[:-1] == [
+                f"CONSUMED {group} {MESSAGES}" for group in aio_groups
+            ], aio.stderr[-2000:]
             assert listening_addresses(up.pid) == {"127.0.0.1", HOST_ADDRESS}
         finally:
             up.stop()
