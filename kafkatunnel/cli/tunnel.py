@@ -568,6 +568,8 @@ def run_up(
             raise typer.BadParameter(str(cause), param_hint="--advertise") from None
     audiences = [containers.audience] if containers and containers.audience else []
     advertise = advertise or (containers.advertise if containers else None)
+    if audiences and audiences[0].listen == host:  # --listen on the bridge already
+        advertise, audiences = advertise or audiences[0].advertise, []
     for listening in [host, *(a.listen for a in audiences)]:
         if listening not in LOOPBACK:
             console.print(f"[yellow]warning: {reach_of_listener(listening)}[/]")
