@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 
 from kafkatunnel.hostnames import UntrustedName, check_host
@@ -19,13 +20,19 @@ from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.pods import Pod
 
 CLUSTER_LABEL = "strimzi.io/cluster"
+# A Kubernetes object name (RFC 1123 label): what a cluster's name must be before it is put
+# into a secret's name, a kubectl argument and a broker name. The label comes from the
+# cluster's answer, so it is checked, not trusted.
+OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 TLS_PORT_NAME = "tcp-clientstls"
 
 
 def cluster_of(pods: list[Pod]) -> str | None:
-    """The Strimzi cluster the broker pods belong to (None: not Strimzi's pods)."""
+    """The Strimzi cluster the broker pods belong to (None: not Strimzi's pods, or a label
+    that is no object name)."""
     names = {dict(p.labels).get(CLUSTER_LABEL) for p in pods} - {None}
-    return names.pop() if len(names) == 1 else None
+    name = names.pop() if len(names) == 1 else None
+    return name if name is not None and OBJECT_NAME.fullmatch(name) else None
 
 
 def tls_port(pods: list[Pod]) -> int | None:

@@ -21,6 +21,7 @@ from kafkatunnel.tunnel.tunnel import Audience
 DOCKER_BRIDGE = "docker0"
 DESKTOP_HOST = "host.docker.internal"
 NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # as docker accepts them
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # IFNAMSIZ, no slash
 BRIDGE_OPTION = "com.docker.network.bridge.name"
 
 
@@ -76,6 +77,8 @@ def bridge_of(network: str | None) -> str:
         raise ContainersError(f"docker network inspect {name}: {reason}")
     option, _, identity = found.stdout.strip().rpartition(" ")
     bridge = option.strip() if option.strip() not in ("", "<no value>") else f"br-{identity[:12]}"
+    if not INTERFACE_NAME.fullmatch(bridge):  # docker's answer is input too
+        raise ContainersError(f"network {name}'s bridge {bridge!r} is not an interface name")
     if not Path("/sys/class/net", bridge).exists():
         raise ContainersError(f"network {name}'s bridge {bridge} is not on this machine")
     return bridge

@@ -182,3 +182,11 @@ def test_doctor_warns_of_a_broker_certificate_expiring_within_two_weeks() -> Non
     assert results["certificate of kafka-2:9093"].status == FAIL
     assert len(results) == 3  # the bootstrap listener is one of the brokers: not twice
     assert check_certificates({"endpoints": [{"node_id": 0, "tls": None}]}, now) == []
+
+
+def test_a_cluster_label_that_is_no_object_name_is_not_used() -> None:
+    """The label comes from the cluster: it names a secret and a kubectl argument only when
+    it is a Kubernetes object name."""
+    for label in ("--all-namespaces", "my/../cluster", "a b", "X" * 70):
+        pod = Pod("p-0", "10.0.0.1", (9093,), True, labels=(("strimzi.io/cluster", label),))
+        assert cluster_of([pod]) is None, label
