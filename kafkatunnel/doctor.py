@@ -21,6 +21,7 @@ from typing import Any
 from kafkatunnel.kube import strimzi
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.service_forwarder import ServiceForwarder
 from kafkatunnel.probe import ProbeConnection, split_address
 from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
 
@@ -100,6 +101,7 @@ def check_kubectl(kubectl: Kubectl, start: StartCheck | None = None) -> list[Res
     if start is not None and found:
         rbac_ok = all(r.status == PASS for r in out)
         out += _check_secrets(start.forwarder)
+        out.append(_check_companions(start.forwarder))
         out.append(_check_forward(start, rbac_ok=rbac_ok))
     return out
 
@@ -157,6 +159,21 @@ def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
         "-o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.pem), and --tls-cert/--tls-key "
         "instead of --kafka-user",
     )]  # fmt: skip
+
+
+def _check_companions(forwarder: KubectlForwarder) -> Result:
+    """The services beside the brokers that `up --companions` would forward."""
+    services = ServiceForwarder(forwarder, [], discover=True)
+    try:
+        asyncio.run(services.prepare())
+    except KubectlError as error:
+        return Result("companions", WARN, "cannot list services",
+                      f"{error} (up --service NAME still forwards one by name)")  # fmt: skip
+    found = [f"{t.kind} {t.name}:{t.port}" for t in services.targets()]
+    if not found:
+        return Result("companions", PASS, "none found (Schema Registry, Connect, Kafka Bridge, "
+                      "Keycloak); up --service NAME forwards any service")  # fmt: skip
+    return Result("companions", PASS, f"{', '.join(found)}: up --companions forwards them")
 
 
 def check_certificates(

@@ -42,8 +42,11 @@ from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.dns.server import bind_dns
 from kafkatunnel.files import private_dir
 from kafkatunnel.hostnames import ClusterZones, check_address, check_host
+from kafkatunnel.kube.companions import client_settings
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.service_forwarder import ServiceForwarder
+from kafkatunnel.kube.services import ServiceError, ServiceRequest
 from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
@@ -56,6 +59,7 @@ from kafkatunnel.tunnel import (
     Unreachable,
     parse_mapping,
 )
+from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.containers import ContainerPlan, ContainersError
 from kafkatunnel.tunnel.containers import plan as plan_for_containers
 from kafkatunnel.tunnel.control import fetch
@@ -224,6 +228,19 @@ def up(
     show_password: bool = typer.Option(
         False, "--show-password", help="Print a --kafka-user's SCRAM password with its settings."
     ),
+    service: list[str] = typer.Option(
+        [],
+        "--service",
+        metavar="NAME[:PORT][=LOCALPORT]",
+        help="With --via kubectl: also forward this Kubernetes service (a Schema Registry, "
+        "Connect) to a loopback port; with --dns its in-cluster names resolve (repeatable).",
+    ),
+    companions: bool = typer.Option(
+        False,
+        "--companions",
+        help="With --via kubectl: also forward every Schema Registry, Connect REST API, Kafka "
+        "Bridge and Keycloak found in the namespace.",
+    ),
     context: str | None = context_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
@@ -281,6 +298,7 @@ def up(
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
+    services = companions_of(forwarder, service, companions, listen)
     run_up(
         console, bootstrap=bootstrap, forwarder=forwarder, listen=listen,
         broker_ports=broker_port, connect_timeout=connect_timeout, table=table, loop=loop,
@@ -290,6 +308,7 @@ def up(
         tls=tls_options, client_tls=client_tls,
         advertise=None if for_containers else advertise,
         containers=container_plan(console, for_containers, container_network, advertise),
+        companions=services,
     )  # fmt: skip
 
 
@@ -328,6 +347,30 @@ class Privileges:
 
     dns_sockets: tuple[socket.socket, socket.socket] | None = None
     resolver: ResolverChannel | None = None  # None: the resolver is set up in-process
+
+
+def companions_of(
+    forwarder: Forwarder, requests: list[str], discover: bool, listen: str
+) -> Companions | None:
+    """The services beside the brokers to serve (--service, --companions), or None."""
+    if not requests and not discover:
+        return None
+    flag = "--service" if requests else "--companions"
+    if not isinstance(forwarder, KubectlForwarder):
+        raise typer.BadParameter("forwards Kubernetes services: add --via kubectl",
+                                 param_hint=flag)  # fmt: skip
+    parsed = []
+    for request in requests:
+        try:
+            parsed.append(ServiceRequest.parse(request))
+        except ServiceError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--service") from None
+    names = [p.name for p in parsed]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise typer.BadParameter(f"service {twice[0]} is named twice", param_hint="--service")
+    host = parse_listen(listen)[0]
+    return Companions(ServiceForwarder(forwarder, parsed, discover), listen_host=host)
 
 
 def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
@@ -556,6 +599,7 @@ def run_up(
     client_tls: bool = False,
     advertise: str | None = None,
     containers: ContainerPlan | None = None,
+    companions: Companions | None = None,
 ) -> None:
     check_bootstrap(bootstrap)
     host, port = parse_listen(listen)
@@ -627,7 +671,7 @@ def run_up(
     run = loop_runner(loop)
     try:
         resolver = privileges.resolver if privileges and privileges.resolver else None
-        run(_serve(console, Tunnel(config, forwarder), table, dns, resolver))
+        run(_serve(console, Tunnel(config, forwarder, companions), table, dns, resolver))
     except Unreachable as cause:
         if cause.refused:  # the cause names the missing right and who can grant it
             error(f"cannot reach the bootstrap broker {bootstrap}: {cause}")
@@ -738,6 +782,8 @@ async def _serve(
         print(f"ssl.ca.location={tunnel.client_tls.ca}", flush=True)
     if tunnel.recorder is not None:
         print(f"recording to {tunnel.recorder.directory}", flush=True)
+    for line in companion_lines(tunnel):
+        print(line, flush=True)
     configured = False
     try:
         if tunnel.dns is not None and dns.setup != "none":
@@ -772,6 +818,28 @@ async def _serve(
                 print(f"resolver: {step}", file=sys.stderr, flush=True)
         await tunnel.stop()
         print("tunnel closed", file=sys.stderr, flush=True)
+
+
+def companion_lines(tunnel: Tunnel) -> list[str]:
+    """Each service beside the brokers: where it is served, and the client settings that
+    use it (by its in-cluster name when the shim resolves it)."""
+    if tunnel.companions is None:
+        return []
+    lines = [f"note: {note}" for note in tunnel.companions.notes]
+    for companion in tunnel.companions.served:
+        target, endpoint = companion.target, companion.endpoint
+        where = f"{endpoint.local} -> svc/{target.name}.{target.namespace}:{target.port}"
+        if endpoint.note is not None:
+            where += f" ({endpoint.note})"
+        elif companion.dns_address is not None:
+            where += f" (name: {companion.dns_address}:{target.port})"
+        lines.append(f"{target.kind or 'service'} {target.name}: {where}")
+        url = companion.url(with_names=tunnel.dns is not None)
+        lines.extend(client_settings(target.kind, url))
+        if target.kind == "keycloak" and not companion.names:
+            lines.append("note: tokens fetched at 127.0.0.1 carry that issuer, which brokers "
+                         "refuse: add --dns so they carry the in-cluster one")  # fmt: skip
+    return lines
 
 
 def endpoint_line(endpoint: Endpoint, transparent: bool) -> str:

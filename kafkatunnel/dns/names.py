@@ -56,6 +56,18 @@ def broker_name(advertised: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -
     return BrokerName(host, frozenset({host}), frozenset({parent}))
 
 
+def service_name(
+    service: str, namespace: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+) -> BrokerName:
+    """A Kubernetes service's names, as pods reach it through their search path: `NAME`,
+    `NAME.NS`, `NAME.NS.svc` and `NAME.NS.svc.<cluster domain>`."""
+    name, ns, domain = normalize(service), normalize(namespace), normalize(cluster_domain)
+    full = f"{name}.{ns}.svc.{domain}"
+    forms = {name, f"{name}.{ns}", f"{name}.{ns}.svc", full}
+    suffixes = {f"{ns}.svc", "svc", f"svc.{domain}", domain}
+    return BrokerName(full, frozenset(forms), frozenset(suffixes))
+
+
 class Zone:
     """Name -> IPv4 address for the brokers, and the zones the shim is authoritative for.
 

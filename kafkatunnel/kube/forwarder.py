@@ -18,7 +18,7 @@ from collections.abc import Callable
 from kafkatunnel.kube import strimzi
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
-from kafkatunnel.kube.portforward import PortForward
+from kafkatunnel.kube.portforward import PortForward, Probe
 from kafkatunnel.tunnel.forwarders import (
     DirectForwarder,
     Forwarder,
@@ -181,14 +181,23 @@ class KubectlForwarder(Forwarder):
             forward = PortForward(
                 self.kubectl,
                 lambda: self._resolve(host, port),
-                port,
+                self._pod_port(host, port),
                 on_down=lambda: self._close_through(key),
                 backoff=self.backoff,
                 keepalive=self.keepalive,
+                probe=self._probe_for(host, port),
             )
             self.forwards[key] = forward
             forward.start()
         return forward
+
+    def _pod_port(self, host: str, port: int) -> int:
+        """The pod's port a forward to host:port reaches: a broker's advertised port."""
+        return port
+
+    def _probe_for(self, host: str, port: int) -> Probe | None:
+        """How a forward to host:port is checked (None: ApiVersions, for a broker)."""
+        return None
 
     def expect(self, host: str, port: int) -> None:
         self._forward(host, port)  # start its port-forward now: the first client won't wait

@@ -45,6 +45,9 @@ TROUBLE = re.compile(
     r'|"An error occurred forwarding"'
 )
 PROBE_TIMEOUT = 5.0  # seconds for the broker to answer ApiVersions through the forward
+# A probe of 127.0.0.1:PORT within SECONDS: None when what is behind it answered, else
+# "closed" (it hung up first) or what went wrong.
+Probe = Callable[[int, float], Awaitable[str | None]]
 
 
 class PortForward:
@@ -58,6 +61,7 @@ class PortForward:
         backoff: tuple[float, float] = (1.0, 30.0),
         healthy_after: float = 1.0,
         keepalive: float = 60.0,
+        probe: Probe | None = None,
     ) -> None:
         self.kubectl = kubectl
         self.resolve_pod = resolve_pod
@@ -66,6 +70,7 @@ class PortForward:
         self.backoff = backoff
         self.healthy_after = healthy_after
         self.keepalive = keepalive
+        self.probe = probe or probe_through  # asks what is behind the forward for an answer
         self.pod: str | None = None
         self.local_port: int | None = None
         self.state = "starting"
@@ -261,7 +266,7 @@ class PortForward:
         port, process, trouble = self.local_port, self.process, self._trouble
         assert port is not None and process is not None
         self._troubled.clear()
-        failure = await probe_through(port, PROBE_TIMEOUT)
+        failure = await self.probe(port, PROBE_TIMEOUT)
         if failure == "closed" and self._trouble == trouble:
             # kubectl logs a failed connection as it closes it; a broker that only speaks
             # TLS hangs up on plaintext without a word from kubectl
@@ -284,16 +289,45 @@ async def probe_through(port: int, timeout: float) -> str | None:
     "closed" (the far end hung up first) or what went wrong."""
     from kafkatunnel.probe import api_versions_request
 
+    return await _ask(port, api_versions_request(), timeout, "ApiVersions")
+
+
+async def probe_http(port: int, timeout: float) -> str | None:
+    """An HTTP request to 127.0.0.1:port: None when any answer starts within `timeout`
+    (a 404 is an answer: the server behind the forward is alive)."""
+    return await _ask(port, b"HEAD / HTTP/1.0\r\n\r\n", timeout, "an HTTP request")
+
+
+async def probe_tcp(port: int, timeout: float) -> str | None:
+    """A TCP connection through the forward that the far end keeps (a service whose
+    protocol is unknown: nothing is sent). kubectl accepts every local connection; the pod's
+    port refusing it shows as the forward hanging up at once, with kubectl's error line."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
     except (OSError, TimeoutError) as error:
         return f"cannot connect to the forward: {error or 'timed out'}"
     try:
-        writer.write(api_versions_request())
+        data = await asyncio.wait_for(reader.read(1), min(timeout, 1.0))
+        return None if data else "closed"
+    except TimeoutError:
+        return None  # kept open: the pod's port took the connection
+    except OSError as error:
+        return f"connection failed: {error}"
+    finally:
+        writer.close()
+
+
+async def _ask(port: int, request: bytes, timeout: float, what: str) -> str | None:
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    except (OSError, TimeoutError) as error:
+        return f"cannot connect to the forward: {error or 'timed out'}"
+    try:
+        writer.write(request)
         data = await asyncio.wait_for(reader.read(4), timeout)
         return None if data else "closed"
     except TimeoutError:
-        return f"no answer to ApiVersions within {timeout:g}s"
+        return f"no answer to {what} within {timeout:g}s"
     except OSError as error:
         return f"connection failed: {error}"
     finally:

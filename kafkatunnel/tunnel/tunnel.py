@@ -9,6 +9,7 @@ await tunnel.stop()
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -38,6 +39,7 @@ from kafkatunnel.protocol.rewrite import BrokerAddress, Mapper, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.client_tls import listener_tls
+from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
@@ -138,9 +140,13 @@ class TunnelConfig:
 
 
 class Tunnel:
-    def __init__(self, config: TunnelConfig, forwarder: Forwarder) -> None:
-        """Raises TlsSetupError for TLS options that cannot be used."""
+    def __init__(
+        self, config: TunnelConfig, forwarder: Forwarder, companions: Companions | None = None
+    ) -> None:
+        """Raises TlsSetupError for TLS options that cannot be used. `companions`: the
+        services beside the brokers to serve too (a Schema Registry, Connect)."""
         self.config = config
+        self.companions = companions
         if config.tls is not None:
             forwarder = TlsForwarder(forwarder, client_context(config.tls))
         self.forwarder = forwarder
@@ -200,6 +206,30 @@ class Tunnel:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
+        if self.companions is not None:
+            try:
+                await self.companions.start(
+                    self._accepted_by_companion,
+                    self.zone if self.dns is not None else None,
+                    self.companion_first_address,
+                )
+            except BaseException:
+                self.companions.close()
+                raise
+        try:
+            await self._start_brokers()
+        except BaseException:
+            if self.companions is not None:
+                self.companions.close()
+            raise
+
+    @property
+    def companion_first_address(self) -> str:
+        """Services' own loopback addresses start past every broker's (with --dns)."""
+        first = ipaddress.IPv4Address(self.config.first_dns_address)
+        return str(first + self.config.max_brokers)
+
+    async def _start_brokers(self) -> None:
         sock = bind_listener(self.config.listen_host, self.config.listen_port, "--listen HOST:PORT")
         others: list[socket.socket] = []
         try:
@@ -319,6 +349,8 @@ class Tunnel:
         self._release_claims()
         for acceptor in self.acceptors:
             acceptor.close()
+        if self.companions is not None:
+            self.companions.close()
         connections = list(self.connections)
         for connection in connections:
             connection.close()  # once it has let go, its upstream joins _draining
@@ -336,6 +368,8 @@ class Tunnel:
         if self.dns is not None:
             await self.dns.stop()
         await self.forwarder.close()
+        if self.companions is not None:
+            await self.companions.forwarder.close()
         if self.recorder is not None:
             self.recorder.close()
 
@@ -459,6 +493,23 @@ class Tunnel:
             return
         self._connection(endpoint, audience).start(sock)
 
+    def _accepted_by_companion(self, endpoint: Endpoint, sock: socket.socket) -> None:
+        """A client of a service beside the brokers: its bytes pass untouched."""
+        if len(self.connections) >= self.config.max_connections:
+            self._accepted(endpoint, sock)  # turned away, as any client past the limit
+            return
+        assert self.companions is not None
+        connection = ClientConnection(
+            endpoint,
+            self.companions.forwarder,
+            lambda _: PassThrough(),
+            self.config.connect_timeout,
+            self._closed,
+            zero_copy=self.config.zero_copy,
+        )
+        self.connections.add(connection)
+        connection.start(sock)
+
     def _connection(self, endpoint: Endpoint, audience: Audience | None) -> ClientConnection:
         connection = ClientConnection(
             endpoint,
@@ -522,6 +573,28 @@ class Tunnel:
 
     # -- reporting --------------------------------------------------------------------------
 
+    def _companion_metrics(self) -> list[str]:
+        """Per service beside the brokers: connections, bytes, forward restarts."""
+        if self.companions is None or not self.companions.served:
+            return []
+        forwarder = self.companions.forwarder
+        endpoints = [c.endpoint for c in self.companions.served]
+        lines = []
+        for name, kind, value in (
+            ("kafkatunnel_service_connections", "gauge", lambda e: e.connections),
+            ("kafkatunnel_service_connections_total", "counter", lambda e: e.total_connections),
+            ("kafkatunnel_service_client_bytes_total", "counter", lambda e: e.bytes_in),
+            ("kafkatunnel_service_bytes_total", "counter", lambda e: e.bytes_out),
+            ("kafkatunnel_service_errors_total", "counter", lambda e: e.errors),
+            ("kafkatunnel_service_forward_restarts_total", "counter",
+             lambda e: forwarder.restarts(e.advertised_host, e.advertised_port)),
+            ("kafkatunnel_service_forward_replacements_total", "counter",
+             lambda e: forwarder.replacements(e.advertised_host, e.advertised_port)),
+        ):  # fmt: skip
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(f"{name}{{{_service_labels(e)}}} {value(e)}" for e in endpoints)
+        return lines
+
     def endpoints(self) -> list[Endpoint]:
         return [self.bootstrap, *sorted(self.registry.brokers.values(), key=_node)]
 
@@ -551,6 +624,8 @@ class Tunnel:
             "control": None if self.control is None else self.control.address,
             "metrics": None if self.control is None else self.control.metrics_address,
             "endpoints": [e.as_dict() for e in self.endpoints()],
+            # the services beside the brokers (--service, --companions) and their forwards
+            "companions": [] if self.companions is None else self.companions.status(),
             # brokers the cluster named that get no listener: bad names, or past the limit
             "refused": [r.as_dict() for r in self.registry.refusals.values()],
             "refused_total": self.registry.refused_total,
@@ -625,12 +700,17 @@ class Tunnel:
                 lines.append(
                     f'kafkatunnel_coordinator_errors_total{{{_labels(e)},error="{error}"}} {count}'
                 )
+        lines.extend(self._companion_metrics())
         if self.dns is not None:
             lines.append("# TYPE kafkatunnel_dns_answers_total counter")
             lines.append(f"kafkatunnel_dns_answers_total {self.dns.answered}")
             lines.append("# TYPE kafkatunnel_dns_bad_packets_total counter")
             lines.append(f"kafkatunnel_dns_bad_packets_total {self.dns.bad_packets}")
         return "\n".join(lines) + "\n"
+
+
+def _service_labels(endpoint: Endpoint) -> str:
+    return f'service="{endpoint.advertised}",tunnel="{endpoint.local}"'
 
 
 def _labels(endpoint: Endpoint) -> str:

@@ -17,6 +17,23 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _cells(e: dict[str, Any]) -> tuple[str, ...]:
+    """A listener's cells after its name: tunnel address, forward, traffic, errors."""
+    if e["state"] != "listening":
+        state = f"[red]{e['state']}[/]"
+    elif "(ready)" in e["route"] or "(" not in e["route"]:
+        state = f"[green]ok[/] {escape(e['route'])}"
+    else:
+        state = f"[yellow]{escape(e['route'])}[/]"
+    errors = str(e["errors"])
+    if e["last_error"]:
+        errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"
+    elif e.get("note"):
+        errors = f"{e['errors']} [yellow]{escape(e['note'])}[/]"
+    return (e["tunnel"], state, str(e["connections"]), _bytes(e["bytes_in"]),
+            _bytes(e["bytes_out"]), errors)  # fmt: skip
+
+
 def status_table(status: dict[str, Any], cut: bool = True) -> Table:
     """One line per broker; `cut`: long routes and errors end in an ellipsis (a terminal),
     else every cell in full (a log, a pipe)."""
@@ -40,21 +57,10 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
         )
     for e in status["endpoints"]:
         node = "bootstrap" if e["node_id"] is None else str(e["node_id"])
-        if e["state"] != "listening":
-            state = f"[red]{e['state']}[/]"
-        elif "(ready)" in e["route"] or "(" not in e["route"]:
-            state = f"[green]ok[/] {escape(e['route'])}"
-        else:
-            state = f"[yellow]{escape(e['route'])}[/]"
-        errors = str(e["errors"])
-        if e["last_error"]:
-            errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"
-        elif e.get("note"):
-            errors = f"{e['errors']} [yellow]{escape(e['note'])}[/]"
-        table.add_row(
-            node, e["advertised"], e["tunnel"], state, str(e["connections"]),
-            _bytes(e["bytes_in"]), _bytes(e["bytes_out"]), errors,
-        )  # fmt: skip
+        table.add_row(node, e["advertised"], *_cells(e))
+    for c in status.get("companions", []):  # the services beside the brokers
+        table.add_row(c["kind"] or "service", f"{c['name']}.{c['namespace']}:{c['port']}",
+                      *_cells(c))  # fmt: skip
     notes = list(status.get("notes", []))
     if status.get("refused_total"):
         first = status["refused"][0] if status.get("refused") else None

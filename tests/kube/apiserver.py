@@ -103,6 +103,16 @@ def pod_json(pod: dict[str, Any], namespace: str) -> Any:
     }  # fmt: skip
 
 
+def service_json(name: str, service: dict[str, Any], namespace: str) -> Any:
+    """A Service: its selector, its labels and its ports (9092 when the world names none)."""
+    ports = service.get("ports", [{"port": 9092, "targetPort": 9092}])
+    return {"kind": "Service", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": service.get("labels", {})},
+            "spec": {"selector": service["selector"], "type": "ClusterIP",
+                     "ports": [{"protocol": "TCP", **port} for port in ports]}}  # fmt: skip
+
+
 class Api:
     """The REST side: a world's namespaces as kube-apiserver would answer for them."""
 
@@ -192,6 +202,14 @@ class Api:
             return 200, {"kind": "Secret", "apiVersion": "v1", "type": "Opaque",
                          "metadata": {"name": rest[1], "namespace": namespace},
                          "data": data}  # fmt: skip
+        if kind == "services" and len(rest) == 1:
+            refused = self.forbidden(world, "list", "services", namespace)
+            if refused:
+                return refused
+            items = [service_json(name, found, namespace)
+                     for name, found in space.get("services", {}).items()]  # fmt: skip
+            return 200, {"kind": "ServiceList", "apiVersion": "v1", "metadata": {},
+                         "items": items}  # fmt: skip
         full = {"statefulsets": "statefulsets.apps", "deployments": "deployments.apps"}
         refused = self.forbidden(world, "get", kind, namespace)
         if refused:
@@ -200,6 +218,8 @@ class Api:
         if found is None:
             name = rest[1] if len(rest) > 1 else ""
             return status(404, "NotFound", f'{full.get(kind, kind)} "{name}" not found')
+        if kind == "services":
+            return 200, service_json(rest[1], found, namespace)
         selector_json = found["selector"]
         spec = (
             {"selector": selector_json}

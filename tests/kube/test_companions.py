@@ -1,0 +1,255 @@
+"""The services beside the brokers, reached with the real kubectl through the API server
+stand-in: a Schema Registry (Bitnami's labels, a named targetPort) and a Strimzi KafkaConnect's
+`-connect-api` service, each a pod whose HTTP server (tests/kube/http_service.py) runs in
+the cluster's network namespace beside the mock brokers.
+
+`up --companions` finds both, serves each on a loopback port and, with --dns, on its own
+loopback address and original port under its in-cluster names. A real SchemaRegistryClient
+registers and reads schemas through it; Connect's REST API answers; its pod is replaced
+while a client polls."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.waiting import wait_for
+from tests.kube.conftest import APISERVER, KUBECTLS, NEWEST, kubeconfig, needs_kubectl, says, up
+
+SERVICE = Path(__file__).with_name("http_service.py")
+REGISTRY = {"app.kubernetes.io/name": "schema-registry", "app.kubernetes.io/instance": "shop"}
+CONNECT = {"strimzi.io/kind": "KafkaConnect", "strimzi.io/cluster": "shop-connect",
+           "strimzi.io/name": "shop-connect-connect"}  # fmt: skip
+SCHEMA = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}'
+IN_CLUSTER = "http://schema-registry.shop.svc.cluster.local:8081"
+
+
+def shop_world(path: Path, registry_pod: str = "schema-registry-7c9d-a") -> None:
+    """The world's Kafka namespace becomes "shop", with a Schema Registry and a Connect
+    cluster beside the brokers."""
+    world = json.loads(path.read_text())
+    spaces = world["namespaces"]
+    shop = spaces.pop("kafka", None) or spaces["shop"]
+    shop["pods"] = [p for p in shop["pods"] if p["name"].startswith("kafka-")] + [
+        {"name": registry_pod, "ip": "127.0.0.1", "ports": [8081], "labels": REGISTRY,
+         "port_names": {"8081": "http"}},
+        {"name": "shop-connect-connect-0", "ip": "127.0.0.1", "ports": [8083], "labels": CONNECT},
+    ]  # fmt: skip
+    shop["services"].update({
+        "schema-registry": {"selector": REGISTRY, "labels": REGISTRY,
+                            "ports": [{"name": "http", "port": 8081, "targetPort": "http"}]},
+        "shop-connect-connect-api": {"selector": CONNECT, "labels": CONNECT,
+                                     "ports": [{"name": "rest-api", "port": 8083,
+                                                "targetPort": 8083}]},
+        "unrelated": {"selector": {"app": "web"}, "labels": {"app": "web"},
+                      "ports": [{"port": 80, "targetPort": 8080}]},
+    })  # fmt: skip
+    spaces["shop"] = shop
+    path.write_text(json.dumps(world))
+
+
+def pod(cluster: LocalCluster, kind: str, port: int, name: str) -> ManagedProcess:
+    """A pod's HTTP server in the cluster's network namespace, serving."""
+    assert cluster.namespace is not None
+    server = ManagedProcess([*cluster.namespace.exec_prefix(), sys.executable, str(SERVICE),
+                             kind, str(port), name], name=name)  # fmt: skip
+    server.wait_for_line(r"^serving on ", timeout=30)
+    return server
+
+
+def get(url: str, timeout: float = 5.0) -> tuple[str, Any]:
+    """The pod that answered and its JSON answer."""
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        return str(answer.headers["X-Pod"]), json.loads(answer.read())
+
+
+def registry_round_trip(url: str) -> None:
+    """The real SchemaRegistryClient registers a schema and reads it back by id."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    schema_id = client.register_schema("orders-value", Schema(SCHEMA, "AVRO"))
+    assert json.loads(str(client.get_schema(schema_id).schema_str)) == json.loads(SCHEMA)
+    assert "orders-value" in client.get_subjects()
+
+
+@needs_kubectl
+def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under_5s(
+    cluster: LocalCluster, apiserver: Path, tmp_path: Path
+) -> None:
+    shop_world(apiserver)
+    servers = [pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a"),
+               pod(cluster, "connect", 8083, "shop-connect-connect-0")]  # fmt: skip
+    env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}
+    tunnel = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "shop",
+         "--listen", f"127.0.0.1:{free_port_run(8)}", "--no-table", "--companions"],
+        name="kafkatunnel-up-companions", env=env,
+    )  # fmt: skip
+    try:
+        registry = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
+        connect = tunnel.wait_for_line(r"^connect: (\S+) ", timeout=10)[1]
+        assert registry.startswith("http://127.0.0.1:"), registry
+        registry_round_trip(registry)
+        assert get(f"{connect}/connectors") == ("shop-connect-connect-0", [])
+        assert get(connect)[1]["version"] == "3.9.0"
+
+        status = json.loads(subprocess.run(
+            [sys.executable, "-m", "kafkatunnel", "status", "--json"],
+            capture_output=True, text=True, timeout=30, env=env, check=True).stdout)  # fmt: skip
+        listed = {c["name"]: c for c in status["companions"]}
+        assert set(listed) == {"schema-registry", "shop-connect-connect-api"}, listed
+        served = listed["schema-registry"]
+        assert served["kind"] == "schema-registry" and served["state"] == "listening"
+        assert "pod/schema-registry-7c9d-a :8081" in served["route"], served
+        assert "(ready)" in served["route"] and served["total_connections"] >= 3, served
+        assert served["bytes_in"] > 0 and served["bytes_out"] > 0, served
+        assert listed["shop-connect-connect-api"]["kind"] == "connect"
+
+        # The Deployment replaces the registry's pod while a client polls it.
+        answered: list[tuple[float, str]] = []  # when each answer came, and from which pod
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+                    answered.append((time.monotonic(), get(f"{registry}/subjects", 10)[0]))
+                time.sleep(0.05)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            wait_for(lambda: len(answered) >= 5, timeout=10, what="the poller to be answered")
+            shop_world(apiserver, registry_pod="schema-registry-7c9d-b")
+            servers[0].stop()
+            Path(f"{apiserver}.lost-schema-registry-7c9d-a").touch()  # the pod is gone
+            servers[0] = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-b")
+            wait_for(lambda: answered[-1][1] == "schema-registry-7c9d-b", timeout=15,
+                     what="the new pod to answer")  # fmt: skip
+        finally:
+            stop.set()
+            poller.join(timeout=15)
+        # the longest time without an answer, from the old pod's last to the new pod's first
+        gap = max(later[0] - earlier[0] for earlier, later in itertools.pairwise(answered))
+        assert gap < 5.0, (gap, tunnel.output()[-3000:])
+    finally:
+        tunnel.stop()
+        for server in servers:
+            server.stop()
+    assert "Traceback" not in tunnel.output()
+
+
+@needs_kubectl
+def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_the_shim(
+    cluster: LocalCluster, world: Any, certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A laptop (its own network namespace) whose resolv.conf names unbound, which sends
+    the cluster's zones to the shim; the API server stand-in and kubectl run there too."""
+    from tests.dns.test_real_resolvers import RESOLV_CONF, SHIM, unbound
+
+    path = world()
+    shop_world(path)
+    server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
+    cert, key = certificate
+    with NetworkNamespace(resolv_conf=RESOLV_CONF) as laptop:
+        port = 6443
+        api = ManagedProcess([*laptop.exec_prefix(), sys.executable, str(APISERVER), str(path),
+                              str(port), str(cert), str(key)], name="apiserver")  # fmt: skip
+        resolver = None
+        config = tmp_path / "kubeconfig"
+        config.write_text(kubeconfig(port, cert))
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "kubectl").symlink_to(KUBECTLS[NEWEST])
+        env = {**os.environ, "KUBECONFIG": str(config), "KUBECACHEDIR": str(tmp_path / "cache"),
+               "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+        tunnel = ManagedProcess(
+            [*laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up", "--via",
+             "kubectl", "-n", "shop", "--no-table", "--service", "schema-registry",
+             "--dns", "--dns-listen", f"{SHIM[0]}:{SHIM[1]}", "--dns-setup", "none"],
+            name="laptop-tunnel", env=env,
+        )  # fmt: skip
+        try:
+            api.wait_for_line(r"^serving on ", timeout=30)
+            said = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
+            assert said == IN_CLUSTER, tunnel.output()
+            asked = [*laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "status", "--json"]
+            status = json.loads(subprocess.run(asked, capture_output=True, text=True, timeout=30,
+                                               env=env, check=True).stdout)  # fmt: skip
+            (served,) = status["companions"]
+            resolver = ManagedProcess([*laptop.exec_prefix(),
+                                       *unbound(tmp_path, status["dns"]["zones"])],
+                                      name="unbound")  # fmt: skip
+
+            def resolve(name: str) -> str | None:
+                asked = [*laptop.exec_prefix(), "getent", "hosts", name]
+                found = subprocess.run(asked, capture_output=True, text=True, timeout=30).stdout
+                return found.split()[0] if found else None
+
+            full = "schema-registry.shop.svc.cluster.local"
+            wait_for(lambda: resolve(full), timeout=20, what="unbound to answer")
+            for name in (
+                "schema-registry",
+                "schema-registry.shop",
+                "schema-registry.shop.svc",
+                full,
+            ):
+                assert resolve(name) == served["dns_address"], name
+            assert resolve("other.shop.svc.cluster.local") is None
+            # the real client, by the in-cluster URL, on the laptop
+            client = subprocess.run(
+                [*laptop.exec_prefix(), sys.executable, "-c",
+                 "import sys; from tests.kube.test_companions import registry_round_trip; "
+                 "registry_round_trip(sys.argv[1]); print('ROUND TRIP')", IN_CLUSTER],
+                capture_output=True, text=True, timeout=60, env=env,
+                cwd=Path(__file__).resolve().parents[2],
+            )  # fmt: skip
+            assert client.stdout.strip() == "ROUND TRIP", client.stderr[-3000:]
+        finally:
+            tunnel.stop()
+            if resolver is not None:
+                resolver.stop()
+            api.stop()
+            server.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "phrases"),
+    [
+        (["--service", "Schema_Registry"], ["is not a Kubernetes service name"]),
+        (["--service", "schema-registry:http"], ["PORT 'http' is not a port"]),
+        (["--service", "schema-registry=0"], ["LOCALPORT '0' is not a port"]),
+        (["--service", "a", "--service", "a"], ["service a is named twice"]),
+    ],
+)
+def test_service_mistakes_are_named_before_anything_runs(
+    args: list[str], phrases: list[str]
+) -> None:
+    says(up("--bootstrap", "kafka-0:9092", *args), *phrases)
+
+
+@needs_kubectl
+def test_a_service_that_is_not_there_or_has_no_such_port_is_named(
+    cluster: LocalCluster, apiserver: Path
+) -> None:
+    shop_world(apiserver)
+    result = up("-n", "shop", "--service", "schema-regsitry", "--start-timeout", "5")
+    says(result, '--service schema-regsitry: no service "schema-regsitry" in shop')
+    result = up("-n", "shop", "--service", "schema-registry:9999")
+    says(result, "service schema-registry has no port 9999 (it has 8081)")
