@@ -163,7 +163,8 @@ class KubectlForwarder(Forwarder):
         problem = pod.why_unusable()
         if problem is not None:
             raise KubectlError(f"{problem}: broker {host}:{port} is unreachable until it is "
-                               f"(`kubectl describe pod {pod.name}` says why)")  # fmt: skip
+                               f"(`kubectl describe pod {pod.name}` says why)",
+                               pending=True)  # fmt: skip
         return pod.name
 
     def _key(self, host: str, port: int) -> tuple[str, int]:

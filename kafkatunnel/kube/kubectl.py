@@ -14,11 +14,13 @@ from typing import Any
 class KubectlError(RuntimeError):
     """kubectl could not do what the tunnel needs; the message names the cause and the fix.
 
-    `permanent`: trying again cannot help (RBAC said no), so nobody should wait for it."""
+    `permanent`: trying again cannot help (RBAC said no), so nobody should wait for it.
+    `pending`: the pod is on its way (starting, not ready yet): ask again soon, not later."""
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, pending: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.pending = pending
 
 
 FORBIDDEN = re.compile(

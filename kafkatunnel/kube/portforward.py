@@ -150,13 +150,16 @@ class PortForward:
         failures = 0
         while not self._stopping:
             started = time.monotonic()
+            pending = False
             try:
                 await self._run_once()
             except KubectlError as error:
-                self.last_error = str(error)
+                pending = error.pending
                 if error.permanent:
                     self._refused.set()
-                log.error("%s", error)
+                if not pending or self.last_error != str(error):  # once per pod state
+                    log.log(logging.WARNING if pending else logging.ERROR, "%s", error)
+                self.last_error = str(error)
             except OSError as error:
                 self.last_error = f"cannot run kubectl: {error}"
             if self._stopping:
@@ -167,6 +170,8 @@ class PortForward:
             self._down()
             healthy = self.local_port_was_up and time.monotonic() - started >= self.healthy_after
             failures = 0 if healthy else failures + 1
+            if pending:  # a pod coming up is looked at every `low` seconds until it is up
+                failures = 1
             low, high = self.backoff
             # after a forward that worked, at once; backoff from the second try
             delay = 0.0 if failures == 0 else min(high, low * 2 ** (failures - 1))

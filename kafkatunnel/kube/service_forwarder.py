@@ -39,6 +39,7 @@ class Chosen:
     port: ServicePort
     local_port: int | None
     kind: str | None
+    named: bool = False  # by the user (--service): a problem with it stops `up`
 
     @property
     def key(self) -> str:
@@ -105,21 +106,27 @@ class ServiceForwarder(KubectlForwarder, CompanionForwarder):
                         else companions.usual_port(service, known))  # fmt: skip
             except ServiceError as cause:
                 raise KubectlError(f"--service {request}: {cause}", permanent=True) from None
-            chosen[service.name] = Chosen(service, port, request.local_port, known)
-        for each in chosen.values():
-            if not each.service.selector:
-                raise KubectlError(
-                    f"service {each.service.name} has no selector (its endpoints are set by "
-                    "hand): kubectl cannot forward to it; forward its backend with --service "
-                    "on a service that selects pods",
-                    permanent=True,
-                )
-        self.chosen = sorted(chosen.values(), key=lambda c: c.key)
-        self._ports = {c.key: await self._container_port(c) for c in self.chosen}
+            chosen[service.name] = Chosen(service, port, request.local_port, known, named=True)
+        self.chosen, self._ports = [], {}
+        for each in sorted(chosen.values(), key=lambda c: c.key):
+            try:
+                self._ports[each.key] = await self._container_port(each)
+            except KubectlError as cause:
+                if each.named:
+                    raise
+                self.notes.append(f"{each.kind} {each.key} is not forwarded: {cause}")
+                continue
+            self.chosen.append(each)
 
     async def _container_port(self, chosen: Chosen) -> int:
         """The container port behind the chosen service port: a targetPort's number, or
         the port its name has in the pod kubectl picks now (a Deployment's pods share it)."""
+        if not chosen.service.selector:
+            raise KubectlError(
+                f"service {chosen.key} has no selector (its endpoints are set by hand): "
+                "kubectl cannot forward to it; name a service that selects pods",
+                permanent=True,
+            )
         if isinstance(chosen.port.target, int):
             return chosen.port.target
         pod = first_pod(await self._pods_of(chosen.service))
@@ -155,12 +162,14 @@ class ServiceForwarder(KubectlForwarder, CompanionForwarder):
         if pod is None:
             raise KubectlError(
                 f"service {service.name} selects no pods ({service.selector_text}): is it "
-                f"deployed? (`kubectl get pods -l {service.selector_text}`)"
+                f"deployed? (`kubectl get pods -l {service.selector_text}`)",
+                pending=True,  # between a Deployment's old pod and its new one
             )
         problem = pod.why_unusable()
         if problem is not None:
             raise KubectlError(f"{problem}: service {service.name} is unreachable until it "
-                               f"is (`kubectl describe pod {pod.name}`)")  # fmt: skip
+                               f"is (`kubectl describe pod {pod.name}`)",
+                               pending=True)  # fmt: skip
         chosen = self.find(host)
         try:
             target = container_port(chosen.port, pod)

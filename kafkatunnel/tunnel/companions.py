@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.dns.names import Zone, service_name
+from kafkatunnel.dns.names import DEFAULT_CLUSTER_DOMAIN, Zone, service_name
 from kafkatunnel.tunnel.forwarders import Forwarder
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.registry import Endpoint
@@ -80,15 +80,9 @@ class Companion:
 class Companions:
     """Listeners for the services a CompanionForwarder found."""
 
-    def __init__(
-        self,
-        forwarder: CompanionForwarder,
-        listen_host: str = "127.0.0.1",
-        cluster_domain: str = "cluster.local",
-    ) -> None:
+    def __init__(self, forwarder: CompanionForwarder, listen_host: str = "127.0.0.1") -> None:
         self.forwarder = forwarder
         self.listen_host = listen_host
-        self.cluster_domain = cluster_domain
         self.served: list[Companion] = []
         self.acceptors: list[Acceptor] = []
         self.notes: list[str] = []
@@ -98,9 +92,11 @@ class Companions:
         accept: Callable[[Endpoint, socket.socket], None],
         zone: Zone | None = None,
         first_address: str | None = None,
+        cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
     ) -> None:
         """Find the services and listen for each; with a zone, also on its own loopback
-        address (from `first_address` on) and original port, its names added to the zone.
+        address (from `first_address` on) and original port, its names (in `cluster_domain`)
+        added to the zone.
         A local port asked for and taken is an error (PortInUse); any other is moved on."""
         await self.forwarder.prepare()
         self.notes.extend(self.forwarder.notes)
@@ -116,7 +112,7 @@ class Companions:
                 address += 1
                 if named is not None:
                     sockets.append(named)
-                    names = service_name(target.name, target.namespace, self.cluster_domain)
+                    names = service_name(target.name, target.namespace, cluster_domain)
                     zone.add(names, str(companion.dns_address))
                     companion.names = sorted(names.forms, key=len)
             for each in sockets:

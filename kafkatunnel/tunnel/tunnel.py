@@ -212,6 +212,7 @@ class Tunnel:
                     self._accepted_by_companion,
                     self.zone if self.dns is not None else None,
                     self.companion_first_address,
+                    self.config.cluster_domain,
                 )
             except BaseException:
                 self.companions.close()

@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.doctor import PASS, StartCheck, check_kubectl
+from kafkatunnel.kube.forwarder import KubectlForwarder
+from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
@@ -39,7 +42,9 @@ SCHEMA = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": 
 IN_CLUSTER = "http://schema-registry.shop.svc.cluster.local:8081"
 
 
-def shop_world(path: Path, registry_pod: str = "schema-registry-7c9d-a") -> None:
+def shop_world(
+    path: Path, registry_pod: str = "schema-registry-7c9d-a", ready: bool = True
+) -> None:
     """The world's Kafka namespace becomes "shop", with a Schema Registry and a Connect
     cluster beside the brokers."""
     world = json.loads(path.read_text())
@@ -47,7 +52,7 @@ def shop_world(path: Path, registry_pod: str = "schema-registry-7c9d-a") -> None
     shop = spaces.pop("kafka", None) or spaces["shop"]
     shop["pods"] = [p for p in shop["pods"] if p["name"].startswith("kafka-")] + [
         {"name": registry_pod, "ip": "127.0.0.1", "ports": [8081], "labels": REGISTRY,
-         "port_names": {"8081": "http"}},
+         "port_names": {"8081": "http"}, "ready": ready},
         {"name": "shop-connect-connect-0", "ip": "127.0.0.1", "ports": [8083], "labels": CONNECT},
     ]  # fmt: skip
     shop["services"].update({
@@ -58,6 +63,8 @@ def shop_world(path: Path, registry_pod: str = "schema-registry-7c9d-a") -> None
                                                 "targetPort": 8083}]},
         "unrelated": {"selector": {"app": "web"}, "labels": {"app": "web"},
                       "ports": [{"port": 80, "targetPort": 8080}]},
+        # endpoints set by hand (an issuer outside the cluster): kubectl cannot forward it
+        "keycloak": {"selector": {}, "labels": {"app": "keycloak"}, "ports": [{"port": 8080}]},
     })  # fmt: skip
     spaces["shop"] = shop
     path.write_text(json.dumps(world))
@@ -76,6 +83,14 @@ def get(url: str, timeout: float = 5.0) -> tuple[str, Any]:
     """The pod that answered and its JSON answer."""
     with urllib.request.urlopen(url, timeout=timeout) as answer:
         return str(answer.headers["X-Pod"]), json.loads(answer.read())
+
+
+def route_of(env: dict[str, str], name: str) -> str:
+    """The forward of a service beside the brokers, as `status --json` describes it."""
+    asked = [sys.executable, "-m", "kafkatunnel", "status", "--json"]
+    status = json.loads(subprocess.run(asked, capture_output=True, text=True, timeout=30,
+                                       env=env, check=True).stdout)  # fmt: skip
+    return str(next(c for c in status["companions"] if c["name"] == name)["route"])
 
 
 def registry_round_trip(url: str) -> None:
@@ -105,6 +120,9 @@ def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under
         registry = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
         connect = tunnel.wait_for_line(r"^connect: (\S+) ", timeout=10)[1]
         assert registry.startswith("http://127.0.0.1:"), registry
+        assert "note: keycloak keycloak is not forwarded: service keycloak has no selector" in (
+            tunnel.output()
+        )
         registry_round_trip(registry)
         assert get(f"{connect}/connectors") == ("shop-connect-connect-0", [])
         assert get(connect)[1]["version"] == "3.9.0"
@@ -120,6 +138,9 @@ def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under
         assert "(ready)" in served["route"] and served["total_connections"] >= 3, served
         assert served["bytes_in"] > 0 and served["bytes_out"] > 0, served
         assert listed["shop-connect-connect-api"]["kind"] == "connect"
+        asked = [sys.executable, "-m", "kafkatunnel", "status"]
+        table = subprocess.run(asked, capture_output=True, text=True, timeout=30, env=env).stdout
+        assert "schema-registry.shop:8081" in table and "pod/schema-registry-7c9d-a" in table
 
         # The Deployment replaces the registry's pod while a client polls it.
         answered: list[tuple[float, str]] = []  # when each answer came, and from which pod
@@ -128,17 +149,22 @@ def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under
         def poll() -> None:
             while not stop.is_set():
                 with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
-                    answered.append((time.monotonic(), get(f"{registry}/subjects", 10)[0]))
+                    by = get(f"{registry}/subjects", 10)[0]
+                    answered.append((time.monotonic(), by))  # when the answer came
                 time.sleep(0.05)
 
         poller = threading.Thread(target=poll)
         poller.start()
         try:
             wait_for(lambda: len(answered) >= 5, timeout=10, what="the poller to be answered")
-            shop_world(apiserver, registry_pod="schema-registry-7c9d-b")
+            shop_world(apiserver, registry_pod="schema-registry-7c9d-b", ready=False)
             servers[0].stop()
             Path(f"{apiserver}.lost-schema-registry-7c9d-a").touch()  # the pod is gone
+            # the new pod runs, not ready yet, until the tunnel has found it so
+            wait_for(lambda: "restarting" in route_of(env, "schema-registry"), timeout=10,
+                     what="the tunnel to find the new pod not ready")  # fmt: skip
             servers[0] = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-b")
+            shop_world(apiserver, registry_pod="schema-registry-7c9d-b")
             wait_for(lambda: answered[-1][1] == "schema-registry-7c9d-b", timeout=15,
                      what="the new pod to answer")  # fmt: skip
         finally:
@@ -146,6 +172,7 @@ def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under
             poller.join(timeout=15)
         # the longest time without an answer, from the old pod's last to the new pod's first
         gap = max(later[0] - earlier[0] for earlier, later in itertools.pairwise(answered))
+        print(f"longest time without an answer while the pod was replaced: {gap:.2f}s")
         assert gap < 5.0, (gap, tunnel.output()[-3000:])
     finally:
         tunnel.stop()
@@ -164,7 +191,8 @@ def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_
 
     path = world()
     shop_world(path)
-    server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
+    servers = [pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a"),
+               pod(cluster, "connect", 8083, "shop-connect-connect-0")]  # fmt: skip
     cert, key = certificate
     with NetworkNamespace(resolv_conf=RESOLV_CONF) as laptop:
         port = 6443
@@ -181,7 +209,7 @@ def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_
                "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
         tunnel = ManagedProcess(
             [*laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up", "--via",
-             "kubectl", "-n", "shop", "--no-table", "--service", "schema-registry",
+             "kubectl", "-n", "shop", "--no-table", "--companions",
              "--dns", "--dns-listen", f"{SHIM[0]}:{SHIM[1]}", "--dns-setup", "none"],
             name="laptop-tunnel", env=env,
         )  # fmt: skip
@@ -192,7 +220,7 @@ def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_
             asked = [*laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "status", "--json"]
             status = json.loads(subprocess.run(asked, capture_output=True, text=True, timeout=30,
                                                env=env, check=True).stdout)  # fmt: skip
-            (served,) = status["companions"]
+            served = next(c for c in status["companions"] if c["name"] == "schema-registry")
             resolver = ManagedProcess([*laptop.exec_prefix(),
                                        *unbound(tmp_path, status["dns"]["zones"])],
                                       name="unbound")  # fmt: skip
@@ -221,12 +249,20 @@ def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_
                 cwd=Path(__file__).resolve().parents[2],
             )  # fmt: skip
             assert client.stdout.strip() == "ROUND TRIP", client.stderr[-3000:]
+            connect = "http://shop-connect-connect-api.shop.svc.cluster.local:8083/connectors"
+            listed = subprocess.run(
+                [*laptop.exec_prefix(), "curl", "-sf", "-D", "-", connect],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert "X-Pod: shop-connect-connect-0" in listed.stdout, listed
+            assert listed.stdout.rstrip().endswith("[]"), listed.stdout
         finally:
             tunnel.stop()
             if resolver is not None:
                 resolver.stop()
             api.stop()
-            server.stop()
+            for server in servers:
+                server.stop()
 
 
 @pytest.mark.parametrize(
@@ -253,3 +289,58 @@ def test_a_service_that_is_not_there_or_has_no_such_port_is_named(
     says(result, '--service schema-regsitry: no service "schema-regsitry" in shop')
     result = up("-n", "shop", "--service", "schema-registry:9999")
     says(result, "service schema-registry has no port 9999 (it has 8081)")
+
+
+@needs_kubectl
+def test_a_service_forward_alive_but_useless_is_found_by_an_http_request_and_replaced(
+    cluster: LocalCluster, apiserver: Path, tmp_path: Path
+) -> None:
+    """kubectl#686 on a service's forward: new streams get no reply. A client's request
+    goes unanswered, so the tunnel asks the service over HTTP, gets no answer either, and
+    replaces the forward; clients are answered again."""
+    shop_world(apiserver)
+    server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
+    env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}
+    tunnel = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "shop",
+         "--listen", f"127.0.0.1:{free_port_run(8)}", "--no-table",
+         "--service", "schema-registry"],
+        name="kafkatunnel-up-zombie-service", env=env,
+    )  # fmt: skip
+
+    def answered() -> bool:
+        try:
+            return get(f"{registry}/subjects", timeout=10)[0] == "schema-registry-7c9d-a"
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
+    try:
+        registry = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
+        assert answered()
+        Path(f"{apiserver}.zombie-schema-registry-7c9d-a").write_text("timeout")
+        wait_for(lambda: not Path(f"{apiserver}.zombie-schema-registry-7c9d-a").exists(),
+                 timeout=10, what="the API server to take the fault")  # fmt: skip
+        wait_for(answered, timeout=40, what="answers through a new forward")
+        status = json.loads(subprocess.run(
+            [sys.executable, "-m", "kafkatunnel", "status", "--json"],
+            capture_output=True, text=True, timeout=30, env=env, check=True).stdout)  # fmt: skip
+        (served,) = status["companions"]
+        assert "[1 replaced; last: no answer to an HTTP request within 5s" in served["route"]
+    finally:
+        tunnel.stop()
+        server.stop()
+
+
+@needs_kubectl
+def test_doctor_lists_the_companions_up_would_forward(
+    cluster: LocalCluster, apiserver: Path
+) -> None:
+    shop_world(apiserver)
+    kubectl = Kubectl(namespace="shop")
+    results = {r.check: r for r in check_kubectl(kubectl, StartCheck(KubectlForwarder(kubectl)))}
+    found = results["companions"]
+    assert found.status == PASS, found
+    assert found.detail == (
+        "schema-registry schema-registry:8081, connect shop-connect-connect-api:8083: "
+        "up --companions forwards them"
+    )

@@ -4,6 +4,7 @@ companion each deployer's labels mean, and the names the shim serves for a servi
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from kafkatunnel.kube.services import (
     parse_service,
     parse_services,
 )
+from kafkatunnel.waiting import async_wait_for
 
 
 def item(name: str, namespace: str = "shop", **spec: Any) -> dict[str, Any]:
@@ -172,3 +174,37 @@ def test_a_services_names_stay_inside_the_cluster_zones() -> None:
     # what the resolver is handed is inside the zones, or a short form of a name inside
     assert ClusterZones.of([]).refusal(zone.names, zone.domains) is None
     assert ClusterZones.of([]).refusal(zone.names, zone.apexes) is None
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_a_pod_on_its_way_is_looked_for_again_soon_not_later(pending: bool) -> None:
+    """While a service's (or broker's) pod is starting, the forward's supervisor asks again
+    every `low` seconds, so a pod that turns ready after a long start is used at once; other
+    failures back off exponentially. The delay chosen shows in the forward's state."""
+    from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+    from kafkatunnel.kube.portforward import PortForward
+
+    delays: list[float] = []
+    low = 0.2
+
+    async def resolve() -> str:
+        if forward.state.startswith("restarting in "):
+            delays.append(float(forward.state.removeprefix("restarting in ").rstrip("s")))
+        raise KubectlError("pod schema-registry-b is Running but not Ready", pending=pending)
+
+    async def tried() -> bool:
+        return len(delays) >= 4
+
+    async def supervise() -> None:
+        forward.start()
+        try:
+            await async_wait_for(tried, timeout=30, what="four tries")
+        finally:
+            await forward.stop()
+
+    forward = PortForward(Kubectl(), resolve, 8081, lambda: None, backoff=(low, 30.0))
+    asyncio.run(supervise())
+    if pending:
+        assert max(delays) <= low, delays
+    else:
+        assert delays[3] >= 4 * low * 0.5, delays  # the control: 0.2, 0.4, 0.8, 1.6 (jittered)
