@@ -12,6 +12,12 @@ Paths to a tansu broker on this machine's loopback, each its own broker process:
                (--record DIR), recording with payloads (--record-payloads) and TLS to
                the broker (--tls: socat's OpenSSL listener in front of the broker, as
                a TLS broker would terminate it itself) on request
+  direct-tls   with --tls-paths: the client speaks TLS itself (security.protocol=SSL,
+               hostname verified) to the same kind of OpenSSL listener in front of a broker
+               that advertises the listener's address
+  socat-tls    with --tls-paths: a TLS-originating relay, plaintext in and TLS out,
+               verifying the listener's certificate (socat OPENSSL, 1.7.4), the broker
+               advertising the relay's address
 Each round measures the other paths in random order with a direct measurement before and
 after each one (direct, A, direct, B, direct, ...): a path is compared with the mean of the
 two direct measurements around it, so a spell of noise on this shared machine falls on
@@ -31,6 +37,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import socket
+import ssl
 import statistics
 import sys
 import tempfile
@@ -67,6 +75,8 @@ class Path_:
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
     relay_cpu: list[float] = field(default_factory=list)  # relay CPU ms per MB produced
+    client: dict[str, str] = field(default_factory=dict)  # client settings (TLS)
+    probe_tls: ssl.SSLContext | None = None  # the latency probe speaks TLS
     # against the mean of the direct measurements just before and just after this path's
     produce_ratio: list[float] = field(default_factory=list)
     consume_ratio: list[float] = field(default_factory=list)
@@ -221,6 +231,46 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     return paths
 
 
+def start_tls_paths() -> list[Path_]:
+    """A client speaking TLS itself, and a TLS-originating relay: each to an OpenSSL
+    listener in front of its own broker, with a certificate for 127.0.0.1."""
+    from tests.pki import TestAuthority
+
+    directory = Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-direct-tls-"))
+    ca = TestAuthority(directory)
+    server = ca.issue("broker", ["127.0.0.1"])
+    verified = ssl.create_default_context(cafile=str(ca.pem))
+
+    def front(port: int, broker_port: int) -> ManagedProcess:
+        listener = ManagedProcess(
+            ["socat", f"OPENSSL-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay,"
+             f"cert={server.cert},key={server.key},verify=0",
+             f"TCP:127.0.0.1:{broker_port},nodelay"],
+            name="socat-tls-listener",
+        )  # fmt: skip
+        listener.wait_accepting(port, timeout=30)
+        return listener
+
+    p, f = free_port(), free_port()
+    direct = _path("direct-tls", f"127.0.0.1:{f}", p, f"127.0.0.1:{f}")
+    direct.processes.insert(1, front(f, p))  # the broker's own TLS: not a relay
+    direct.cluster_side, direct.processes = [direct.processes[1]], direct.processes[:1]
+    direct.client = {"security.protocol": "SSL", "ssl.ca.location": str(ca.pem)}
+    direct.probe_tls = verified
+
+    p, f, r = free_port(), free_port(), free_port()
+    relayed = _path("socat-tls", f"127.0.0.1:{r}", p, f"127.0.0.1:{r}")
+    relayed.cluster_side = [front(f, p)]
+    relay = ManagedProcess(
+        ["socat", f"TCP-LISTEN:{r},bind=127.0.0.1,fork,reuseaddr,nodelay",
+         f"OPENSSL:127.0.0.1:{f},cafile={ca.pem},nodelay"],
+        name="socat-tls-relay",
+    )  # fmt: skip
+    relay.wait_accepting(r, timeout=30)
+    relayed.processes.append(relay)
+    return [direct, relayed]
+
+
 def _tls_listener(broker_port: int) -> tuple[int, ManagedProcess, Path]:
     """socat's OpenSSL listener in front of the broker, with a certificate for the broker's
     advertised name from a CA made here: its port, its process, the CA's PEM."""
@@ -243,12 +293,15 @@ def _tls_listener(broker_port: int) -> tuple[int, ManagedProcess, Path]:
     return port, terminator, ca.pem
 
 
-def produce(bootstrap: str, topic: str, count: int, pace: float = 0) -> float:
+def produce(
+    bootstrap: str, topic: str, count: int, pace: float = 0, client: dict[str, str] | None = None
+) -> float:
     """MB/s produced; pace: at most this many MB/s (0: as fast as it goes)."""
     payload = random.randbytes(VALUE)
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 1_000_000}
-    )
+        {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 1_000_000,
+         **(client or {})}
+    )  # fmt: skip
     producer.produce(topic, b"warm-up")
     producer.flush(30)
     per_second = pace * 1e6 / VALUE
@@ -271,10 +324,10 @@ def produce(bootstrap: str, topic: str, count: int, pace: float = 0) -> float:
     return count * VALUE / elapsed / 1e6
 
 
-def consume(bootstrap: str, topic: str, count: int) -> float:
+def consume(bootstrap: str, topic: str, count: int, client: dict[str, str] | None = None) -> float:
     consumer = confluent_kafka.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-         "enable.auto.commit": False, "fetch.max.bytes": 52428800}
+         "enable.auto.commit": False, "fetch.max.bytes": 52428800, **(client or {})}
     )  # fmt: skip
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     consumer.assign(
@@ -299,9 +352,15 @@ def consume(bootstrap: str, topic: str, count: int) -> float:
     return count * VALUE / elapsed / 1e6
 
 
-def latency(bootstrap: str, requests: int) -> tuple[float, float]:
+def latency(
+    bootstrap: str, requests: int, tls: ssl.SSLContext | None = None
+) -> tuple[float, float]:
+    def connect(host: str, port: int, timeout: float) -> socket.socket:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        return sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
+
     samples = []
-    with ProbeConnection(bootstrap) as probe:
+    with ProbeConnection(bootstrap, connect=connect) as probe:
         probe.brokers()
         for _ in range(requests):
             start = time.perf_counter_ns()
@@ -326,6 +385,12 @@ def main() -> None:
     )
     parser.add_argument("--paths", default="", help="only these paths (comma-separated names)")
     parser.add_argument(
+        "--tls-paths",
+        action="store_true",
+        help="also direct-tls (the client speaks TLS itself) and socat-tls (a TLS-originating "
+        "relay): what a -tls tunnel variant is judged against",
+    )
+    parser.add_argument(
         "--baseline",
         help="run the variants ending in -baseline (uvloop-baseline if none does) from this "
         "source tree, e.g. a git worktree of an earlier commit",
@@ -348,6 +413,8 @@ def main() -> None:
     if args.baseline and not any(t.endswith("baseline") for t in tunnels):
         tunnels.append("uvloop-baseline")
     paths = start_paths(tunnels, args.baseline)
+    if args.tls_paths:
+        paths += start_tls_paths()
     if args.paths:
         wanted = set(args.paths.split(","))
         for path in paths:
@@ -385,11 +452,11 @@ def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
         path.fresh_broker()
     topic = f"bench-{round_}-{uuid.uuid4().hex[:6]}"
     before = cpu_times(path.relay_pids())
-    path.produce.append(produce(path.bootstrap, topic, args.messages, args.pace))
+    path.produce.append(produce(path.bootstrap, topic, args.messages, args.pace, path.client))
     used = cpu_used(before, cpu_times(path.relay_pids()))
     path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
-    path.consume.append(consume(path.bootstrap, topic, args.messages))
-    p50, p99 = latency(path.bootstrap, args.requests)
+    path.consume.append(consume(path.bootstrap, topic, args.messages, path.client))
+    p50, p99 = latency(path.bootstrap, args.requests, path.probe_tls)
     path.p50.append(p50)
     path.p99.append(p99)
     print(
@@ -429,13 +496,41 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
         rows = zip(path.produce_ratio, path.consume_ratio, path.p99_added, strict=True)
         print(f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{a:+.2f}" for p, c, a in rows))
     report_recording(paths)
+    report_tls(paths)
+
+
+def report_tls(paths: list[Path_]) -> None:
+    """The TLS tunnel against a client speaking TLS itself and against a TLS-originating
+    relay, round by round: throughput ratios (each to its own direct runs) divided, relay
+    CPU per MB divided, and the p99 added over the client's own TLS."""
+    by_name = {p.name: p for p in paths}
+    direct_tls, relay = by_name.get("direct-tls"), by_name.get("socat-tls")
+    tunnels = [p for p in paths if p.name.startswith("kafkatunnel") and p.name.endswith("-tls")]
+    if direct_tls is None or not tunnels:
+        return
+    med = statistics.median
+    header = ["TLS path vs direct TLS", "produce", "consume", "p99 added ms", "CPU vs socat-tls"]
+    print("\n| " + " | ".join(header) + " |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for path in [*tunnels, *([relay] if relay else [])]:
+        produce = [a / b for a, b in zip(path.produce_ratio, direct_tls.produce_ratio, strict=True)]
+        consume = [a / b for a, b in zip(path.consume_ratio, direct_tls.consume_ratio, strict=True)]
+        added = [a - b for a, b in zip(path.p99_added, direct_tls.p99_added, strict=True)]
+        cpu = (
+            f"{med([a / b for a, b in zip(path.relay_cpu, relay.relay_cpu, strict=True)]):.2f}x"
+            if relay is not None
+            else "-"
+        )
+        cells = [f"{med(produce):.0%}", f"{med(consume):.0%}", f"{med(added):+.3f}", cpu]
+        print(f"| {path.name} | " + " | ".join(cells) + " |")
 
 
 def report_recording(paths: list[Path_]) -> None:
     """Recording and TLS variants against the plain tunnel, round by round: each one's
     ratio to its own direct runs, divided by the tunnel's, and relay CPU per MB divided."""
     plain = next((p for p in paths if p.name == "kafkatunnel"), None)
-    recorded = [p for p in paths if "record" in p.name or "tls" in p.name]
+    recorded = [p for p in paths if p.name.startswith("kafkatunnel-")
+                and ("record" in p.name or "tls" in p.name)]  # fmt: skip
     if plain is None or not recorded:
         return
     med = statistics.median
