@@ -31,6 +31,7 @@ from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import APISERVER, KUBECTLS, NEWEST, kubeconfig, needs_kubectl, says, up
 
@@ -138,6 +139,10 @@ def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under
         assert "(ready)" in served["route"] and served["total_connections"] >= 3, served
         assert served["bytes_in"] > 0 and served["bytes_out"] > 0, served
         assert listed["shop-connect-connect-api"]["kind"] == "connect"
+        metrics = fetch(status["control"], "/metrics")
+        labels = f'service="schema-registry:8081",tunnel="{served["tunnel"]}"'
+        counted = f"kafkatunnel_service_connections_total{{{labels}}} "
+        assert int(metrics.split(counted, 1)[1].split()[0]) >= 3, metrics
         asked = [sys.executable, "-m", "kafkatunnel", "status"]
         table = subprocess.run(asked, capture_output=True, text=True, timeout=30, env=env).stdout
         assert "schema-registry.shop:8081" in table and "pod/schema-registry-7c9d-a" in table
