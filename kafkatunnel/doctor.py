@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.kube import strimzi
+from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
@@ -141,11 +141,12 @@ def _check_rbac(kubectl: Kubectl) -> list[Result]:
 
 
 def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
-    """On Strimzi's pods: whether `up --tls` can read the cluster CA itself."""
-    cluster = strimzi.cluster_of(forwarder.pods)
-    if cluster is None:
+    """Where the pods' CA is kept (Strimzi, Confluent for Kubernetes, Bitnami): whether
+    `up --tls` can read it itself."""
+    found = cluster_ca.sources(forwarder.pods)
+    if not found:
         return []
-    kubectl, secret = forwarder.kubectl, strimzi.ca_secret(cluster)
+    kubectl, secret = forwarder.kubectl, found[0].secret
     where = f" -n {kubectl.namespace}" if kubectl.namespace else ""
     try:
         allowed = asyncio.run(kubectl.can_i("get", "secrets"))
@@ -153,10 +154,11 @@ def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
         return [Result("RBAC: get secrets", FAIL, "could not ask", str(error))]
     if allowed:
         return [Result("RBAC: get secrets", PASS, f"up --tls reads the CA from {secret}")]
+    key = found[0].key.replace(".", "\\.")
     return [Result(
         "RBAC: get secrets", WARN, f"forbidden: up --tls cannot read secret {secret}{where}",
         f"give the CA with --tls-ca FILE (someone who may: kubectl get secret {secret}{where} "
-        "-o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.pem), and --tls-cert/--tls-key "
+        f"-o jsonpath='{{.data.{key}}}' | base64 -d > ca.pem), and --tls-cert/--tls-key "
         "instead of --kafka-user",
     )]  # fmt: skip
 

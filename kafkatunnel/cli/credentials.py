@@ -1,6 +1,7 @@
-"""TLS trust and client credentials read from the cluster with kubectl (Strimzi's secrets),
-for `up --via kubectl --tls` and `--kafka-user NAME`: the cluster CA when no --tls-ca is
-given, and a KafkaUser's certificate or SCRAM settings."""
+"""TLS trust and client credentials read from the cluster with kubectl, for `up --via kubectl
+--tls` and `--kafka-user NAME`: the cluster CA when no --tls-ca is given (Strimzi's,
+Confluent for Kubernetes' or Bitnami's secret, see kube/cluster_ca.py), and a Strimzi
+KafkaUser's certificate or SCRAM settings."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from kafkatunnel.cli.output import error
-from kafkatunnel.kube import strimzi
+from kafkatunnel.kube import cluster_ca, strimzi
+from kafkatunnel.kube.cluster_ca import CaSource
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import KubectlError
 from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context
@@ -29,25 +31,26 @@ def from_cluster(
     they cannot be read); the client settings a SCRAM user needs are printed."""
     wants_ca = tls is not None and tls.ca is None and not tls.insecure
 
-    async def read() -> tuple[str | None, bytes | None, strimzi.UserCredentials | None]:
+    async def read() -> tuple[tuple[bytes, CaSource] | None, strimzi.UserCredentials | None]:
         await forwarder.prepare()
-        cluster = strimzi.cluster_of(forwarder.pods)
-        ca = await strimzi.cluster_ca(forwarder.kubectl, cluster) if wants_ca and cluster else None
+        ca = await cluster_ca.find(forwarder.kubectl, forwarder.pods) if wants_ca else None
         user = await strimzi.kafka_user(forwarder.kubectl, kafka_user) if kafka_user else None
-        return cluster, ca, user
+        return ca, user
 
     try:
-        cluster, ca, user = asyncio.run(read())
+        ca, user = asyncio.run(read())
     except KubectlError as cause:
         error(str(cause))
         raise typer.Exit(2) from None
     if ca is not None and tls is not None:
-        tls = dataclasses.replace(tls, ca_pem=ca)
-        console.print(
-            f"TLS: trusting the cluster CA of Strimzi cluster {escape(str(cluster))} "
-            f"(secret {strimzi.ca_secret(str(cluster))})",
-            highlight=False,
-        )
+        pem, source = ca
+        tls = dataclasses.replace(tls, ca_pem=pem)
+        console.print(f"TLS: trusting the cluster CA of {escape(source.convention)} (secret "
+                      f"{source.secret}, {source.key})", highlight=False)  # fmt: skip
+    elif wants_ca:
+        looked = ", ".join(s.secret for s in cluster_ca.sources(forwarder.pods)) or "none"
+        said = f"TLS: no cluster CA found in the broker pods' secrets ({looked}): trusting "
+        console.print(escape(said + "the system's CAs; --tls-ca FILE names one"), highlight=False)
     if user is not None:
         tls = _with_user(console, tls, user, show_password)
     if tls is not None:

@@ -35,6 +35,7 @@ class Pod:
     labels: tuple[tuple[str, str], ...] = ()
     roles: str | None = None  # process.roles from its environment, when it says
     named_ports: tuple[tuple[str, int], ...] = ()  # container ports that have a name
+    secrets: tuple[str, ...] = ()  # the secrets its volumes mount (as the cluster says)
 
     def port_named(self, name: str) -> int | None:
         return dict(self.named_ports).get(name)
@@ -77,6 +78,13 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
             for e in container.get("env", []) or []
         }
         roles = next((env[v] for v in ROLE_VARIABLES if env.get(v)), None)
+        volumes = item.get("spec", {}).get("volumes") or []
+        secrets = [v["secret"].get("secretName") for v in volumes if v.get("secret")] + [
+            source["secret"].get("name")
+            for v in volumes
+            for source in (v.get("projected") or {}).get("sources") or []
+            if source.get("secret")
+        ]
         metadata = item["metadata"]
         status = item.get("status", {})
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
@@ -93,6 +101,7 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
                 labels=tuple(sorted((metadata.get("labels") or {}).items())),
                 roles=roles,
                 named_ports=named,
+                secrets=tuple(str(s) for s in secrets if s),
             )
         )
     return sorted(pods, key=lambda p: p.name)

@@ -87,20 +87,6 @@ async def read_secret(kubectl: Kubectl, name: str, purpose: str, fix: str) -> di
     return data
 
 
-async def cluster_ca(kubectl: Kubectl, cluster: str) -> bytes:
-    """The cluster CA certificate(s) of a Strimzi cluster, PEM."""
-    secret = ca_secret(cluster)
-    where = f" -n {kubectl.namespace}" if kubectl.namespace else ""
-    fix = (
-        f"give it with --tls-ca FILE (someone who may: kubectl get secret {secret}{where} "
-        "-o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.pem)"
-    )
-    data = await read_secret(kubectl, secret, "the cluster CA, for --tls", fix)
-    if b"-----BEGIN CERTIFICATE-----" not in data.get("ca.crt", b""):
-        raise KubectlError(f"secret {secret}{where} holds no PEM ca.crt; {fix}")
-    return data["ca.crt"]
-
-
 async def kafka_user(kubectl: Kubectl, name: str) -> UserCredentials:
     """A KafkaUser's credentials from its secret (named as the user)."""
     try:

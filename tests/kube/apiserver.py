@@ -97,7 +97,9 @@ def pod_json(pod: dict[str, Any], namespace: str) -> Any:
                      "labels": pod.get("labels", {})},
         "spec": {"containers": [{"name": "kafka", "env": env, "ports": [
             {"containerPort": p, **({"name": n} if (n := names.get(str(p))) else {})}
-            for p in pod["ports"]]}]},
+            for p in pod["ports"]]}],
+            "volumes": [{"name": f"v{i}", "secret": {"secretName": secret}}
+                        for i, secret in enumerate(pod.get("secrets", []))]},
         "status": {"phase": pod.get("phase", "Running"), "podIP": pod.get("ip"),
                    "conditions": [{"type": "Ready", "status": ready}]},
     }  # fmt: skip
