@@ -24,6 +24,7 @@ from rich.live import Live
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES
 from kafkatunnel.cli.background import detach as run_detached
 from kafkatunnel.cli.background import running_or_exit
+from kafkatunnel.cli.companions import companion_lines, companions_of
 from kafkatunnel.cli.credentials import from_cluster
 from kafkatunnel.cli.options import (
     context_option,
@@ -42,11 +43,8 @@ from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.dns.server import bind_dns
 from kafkatunnel.files import private_dir
 from kafkatunnel.hostnames import ClusterZones, check_address, check_host
-from kafkatunnel.kube.companions import client_settings
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
-from kafkatunnel.kube.service_forwarder import ServiceForwarder
-from kafkatunnel.kube.services import ServiceError, ServiceRequest
 from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
@@ -298,7 +296,7 @@ def up(
     if start_timeout < 0:
         raise typer.BadParameter("must be 0 or more seconds", param_hint="--start-timeout")
     record_options = RecordOptions.parse(record, record_rotate, record_payloads)
-    services = companions_of(forwarder, service, companions, listen)
+    services = companions_of(forwarder, service, companions, parse_listen(listen)[0])
     run_up(
         console, bootstrap=bootstrap, forwarder=forwarder, listen=listen,
         broker_ports=broker_port, connect_timeout=connect_timeout, table=table, loop=loop,
@@ -347,30 +345,6 @@ class Privileges:
 
     dns_sockets: tuple[socket.socket, socket.socket] | None = None
     resolver: ResolverChannel | None = None  # None: the resolver is set up in-process
-
-
-def companions_of(
-    forwarder: Forwarder, requests: list[str], discover: bool, listen: str
-) -> Companions | None:
-    """The services beside the brokers to serve (--service, --companions), or None."""
-    if not requests and not discover:
-        return None
-    flag = "--service" if requests else "--companions"
-    if not isinstance(forwarder, KubectlForwarder):
-        raise typer.BadParameter("forwards Kubernetes services: add --via kubectl",
-                                 param_hint=flag)  # fmt: skip
-    parsed = []
-    for request in requests:
-        try:
-            parsed.append(ServiceRequest.parse(request))
-        except ServiceError as cause:
-            raise typer.BadParameter(str(cause), param_hint="--service") from None
-    names = [p.name for p in parsed]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise typer.BadParameter(f"service {twice[0]} is named twice", param_hint="--service")
-    host = parse_listen(listen)[0]
-    return Companions(ServiceForwarder(forwarder, parsed, discover), listen_host=host)
 
 
 def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
@@ -818,28 +792,6 @@ async def _serve(
                 print(f"resolver: {step}", file=sys.stderr, flush=True)
         await tunnel.stop()
         print("tunnel closed", file=sys.stderr, flush=True)
-
-
-def companion_lines(tunnel: Tunnel) -> list[str]:
-    """Each service beside the brokers: where it is served, and the client settings that
-    use it (by its in-cluster name when the shim resolves it)."""
-    if tunnel.companions is None:
-        return []
-    lines = [f"note: {note}" for note in tunnel.companions.notes]
-    for companion in tunnel.companions.served:
-        target, endpoint = companion.target, companion.endpoint
-        where = f"{endpoint.local} -> svc/{target.name}.{target.namespace}:{target.port}"
-        if endpoint.note is not None:
-            where += f" ({endpoint.note})"
-        elif companion.dns_address is not None:
-            where += f" (name: {companion.dns_address}:{target.port})"
-        lines.append(f"{target.kind or 'service'} {target.name}: {where}")
-        url = companion.url(with_names=tunnel.dns is not None)
-        lines.extend(client_settings(target.kind, url))
-        if target.kind == "keycloak" and not companion.names:
-            lines.append("note: tokens fetched at 127.0.0.1 carry that issuer, which brokers "
-                         "refuse: add --dns so they carry the in-cluster one")  # fmt: skip
-    return lines
 
 
 def endpoint_line(endpoint: Endpoint, transparent: bool) -> str:
