@@ -206,22 +206,19 @@ class Tunnel:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.forwarder.prepare()
-        if self.companions is not None:
-            try:
+        try:
+            if self.companions is not None:
                 await self.companions.start(
                     self._accepted_by_companion,
                     self.zone if self.dns is not None else None,
                     self.companion_first_address,
                     self.config.cluster_domain,
                 )
-            except BaseException:
-                self.companions.close()
-                raise
-        try:
             await self._start_brokers()
         except BaseException:
-            if self.companions is not None:
+            if self.companions is not None:  # its listeners and the forwards it started
                 self.companions.close()
+                await self.companions.forwarder.close()
             raise
 
     @property

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -294,6 +295,17 @@ def test_a_service_that_is_not_there_or_has_no_such_port_is_named(
     says(result, '--service schema-regsitry: no service "schema-regsitry" in shop')
     result = up("-n", "shop", "--service", "schema-registry:9999")
     says(result, "service schema-registry has no port 9999 (it has 8081)")
+    with socket.socket() as holder:  # a local port someone else holds stops up, naming it
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        result = up("-n", "shop", "--service", f"schema-registry={taken}",
+                    "--listen", f"127.0.0.1:{free_port_run(8)}")  # fmt: skip
+    says(
+        result,
+        f"port {taken} on 127.0.0.1 is already in use by python",
+        "choose another with --service schema-registry:8081=LOCALPORT",
+    )
 
 
 @needs_kubectl
