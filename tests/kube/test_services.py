@@ -5,6 +5,7 @@ companion each deployer's labels mean, and the names the shim serves for a servi
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import pytest
@@ -208,3 +209,47 @@ def test_a_pod_on_its_way_is_looked_for_again_soon_not_later(pending: bool) -> N
         assert max(delays) <= low, delays
     else:
         assert delays[3] >= 4 * low * 0.5, delays  # the control: 0.2, 0.4, 0.8, 1.6 (jittered)
+
+
+def test_the_probes_tell_a_live_service_from_a_dead_or_silent_one() -> None:
+    """probe_tcp (a service of unknown protocol: the far end must keep the connection) and
+    probe_http (any answer will do), each against real listeners on loopback."""
+    from kafkatunnel.kube.portforward import probe_http, probe_tcp
+
+    async def scenario() -> dict[str, str | None]:
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # keeps it open, says nothing
+            writer.close()
+
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.0 404 Not Found\r\n\r\n")
+            writer.close()
+
+        servers = {name: await asyncio.start_server(handler, "127.0.0.1", 0)
+                   for name, handler in (("hold", hold), ("hang_up", hang_up),
+                                         ("answer", answer))}  # fmt: skip
+        port = {name: s.sockets[0].getsockname()[1] for name, s in servers.items()}
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        nobody = closed.getsockname()[1]
+        closed.close()
+        said = {
+            "tcp kept": await probe_tcp(port["hold"], 2.0),
+            "tcp hung up": await probe_tcp(port["hang_up"], 2.0),
+            "tcp nobody": await probe_tcp(nobody, 2.0),
+            "http answered": await probe_http(port["answer"], 2.0),
+            "http silent": await probe_http(port["hold"], 0.3),
+        }
+        for server in servers.values():
+            server.close()
+        return said
+
+    said = asyncio.run(scenario())
+    assert said["tcp kept"] is None and said["http answered"] is None, said
+    assert said["tcp hung up"] == "closed", said
+    assert str(said["tcp nobody"]).startswith("cannot connect to the forward"), said
+    assert said["http silent"] == "no answer to an HTTP request within 0.3s", said
