@@ -50,9 +50,12 @@ def companion_lines(tunnel: Tunnel) -> list[str]:
         elif companion.dns_address is not None:
             where += f" (name: {companion.dns_address}:{target.port})"
         lines.append(f"{target.kind or 'service'} {target.name}: {where}")
-        url = companion.url(with_names=tunnel.dns is not None)
+        url = companion.url(tunnel.dns is not None, tunnel.config.advertise)
         lines.extend(client_settings(target.kind, url))
+        for audience in tunnel.config.audiences:  # containers on a bridge
+            told = companion.url(False, audience.advertise)
+            lines.extend(f"containers: {line}" for line in client_settings(target.kind, told))
         if target.kind == "keycloak" and not companion.names:
-            lines.append("note: tokens fetched at 127.0.0.1 carry that issuer, which brokers "
-                         "refuse: add --dns so they carry the in-cluster one")  # fmt: skip
+            lines.append("note: tokens fetched there carry that address as their issuer, "
+                         "which brokers refuse: add --dns so they carry the in-cluster one")  # fmt: skip
     return lines

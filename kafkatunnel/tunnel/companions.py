@@ -58,12 +58,15 @@ class Companion:
     names: list[str] = field(default_factory=list)  # in-cluster names the shim resolves
     dns_address: str | None = None
 
-    def url(self, with_names: bool) -> str:
-        """http://HOST:PORT a client on this machine uses: the in-cluster name and port when
-        the shim resolves it, else the loopback listener."""
+    def url(self, with_names: bool, told: str | None = None) -> str:
+        """http://HOST:PORT a client uses: the in-cluster name and port when the shim
+        resolves it, else the host it is told (--advertise, a container's) on the port of
+        the listener, else the listener itself."""
         if with_names and self.names:
             return f"http://{self.names[-1]}:{self.target.port}"
-        return f"http://{self.endpoint.local}"
+        host = told or self.endpoint.listen_host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.endpoint.listen_port}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,20 +96,20 @@ class Companions:
         zone: Zone | None = None,
         first_address: str | None = None,
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+        also_on: tuple[str, ...] = (),
     ) -> None:
-        """Find the services and listen for each; with a zone, also on its own loopback
-        address (from `first_address` on) and original port, its names (in `cluster_domain`)
-        added to the zone.
+        """Find the services and listen for each, on the listen address and on `also_on`'s
+        (a Docker bridge's) on one port; with a zone, also on its own loopback address (from
+        `first_address` on) and original port, its names (in `cluster_domain`) added.
         A local port asked for and taken is an error (PortInUse); any other is moved on."""
         await self.forwarder.prepare()
         self.notes.extend(self.forwarder.notes)
         address = ipaddress.IPv4Address(first_address) if first_address else None
         for target in self.forwarder.targets():
-            sock, port = self._bind_local(target)
+            sockets, port = self._bind_local(target, (self.listen_host, *also_on))
             endpoint = Endpoint(None, target.name, target.port, self.listen_host, port)
             endpoint.route = self.forwarder.describe(target.name, target.port)
             companion = Companion(target, endpoint)
-            sockets = [sock]
             if zone is not None and address is not None:
                 named = self._bind_name(companion, str(address))
                 address += 1
@@ -125,16 +128,30 @@ class Companions:
             log.info("service %s.%s:%d -> %s", target.name, target.namespace, target.port,
                      endpoint.local)  # fmt: skip
 
-    def _bind_local(self, target: Target) -> tuple[socket.socket, int]:
+    def _bind_local(
+        self, target: Target, hosts: tuple[str, ...]
+    ) -> tuple[list[socket.socket], int]:
+        """One port on every host: LOCALPORT, or the service's own (a privileged one
+        lifted) or the next free on all of them."""
         flag = f"--service {target.name}:{target.port}=LOCALPORT"
-        if target.local_port is not None:
-            return bind_listener(self.listen_host, target.local_port, flag), target.local_port
         first = target.port if target.port >= UNPRIVILEGED else LIFT + target.port
+        ports = (
+            [target.local_port]
+            if target.local_port is not None
+            else range(first, min(first + PORT_ATTEMPTS, 65536))
+        )
         last: PortInUse | None = None
-        for port in range(first, min(first + PORT_ATTEMPTS, 65536)):
+        for port in ports:
+            bound: list[socket.socket] = []
             try:
-                return bind_listener(self.listen_host, port, flag), port
+                for host in hosts:
+                    bound.append(bind_listener(host, port, flag))
+                return bound, port
             except PortInUse as error:
+                for sock in bound:
+                    sock.close()
+                if target.local_port is not None:
+                    raise
                 last = error
         raise PortInUse(f"service {target.name}: no free port from {first} on ({last})")
 

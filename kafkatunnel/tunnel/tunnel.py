@@ -213,6 +213,7 @@ class Tunnel:
                     self.zone if self.dns is not None else None,
                     self.companion_first_address,
                     self.config.cluster_domain,
+                    tuple(a.listen for a in self.config.audiences),
                 )
             await self._start_brokers()
         except BaseException:

@@ -361,3 +361,38 @@ def test_doctor_lists_the_companions_up_would_forward(
         "schema-registry schema-registry:8081, connect shop-connect-connect-api:8083: "
         "up --companions forwards them"
     )
+
+
+@needs_kubectl
+def test_containers_reach_the_companions_on_the_bridge(
+    cluster: LocalCluster, apiserver: Path, tmp_path: Path
+) -> None:
+    """--for-containers: the registry is served on the bridge too, on the same port, and
+    `up` prints the URL containers use; a SchemaRegistryClient in the container uses it."""
+    from tests.tunnel.container import HOST_ADDRESS, Container
+
+    shop_world(apiserver)
+    server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
+    with Container() as box:
+        tunnel = ManagedProcess(
+            [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "shop",
+             "--listen", f"127.0.0.1:{free_port_run(8)}", "--no-table",
+             "--service", "schema-registry", "--for-containers",
+             "--container-network", box.bridge],
+            name="kafkatunnel-up-companions-containers",
+            env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")},
+        )  # fmt: skip
+        try:
+            here = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
+            there = tunnel.wait_for_line(r"^containers: schema\.registry\.url=(\S+)$",
+                                         timeout=10)[1]  # fmt: skip
+            assert there == f"http://{HOST_ADDRESS}:{here.rsplit(':', 1)[1]}", (here, there)
+            client = box.python(
+                "-c", "import sys; from tests.kube.test_companions import registry_round_trip; "
+                "registry_round_trip(sys.argv[1]); print('ROUND TRIP')", there,
+            )  # fmt: skip
+            assert client.stdout.strip() == "ROUND TRIP", client.stderr[-3000:]
+            registry_round_trip(here)  # and the host's clients on loopback, in the same run
+        finally:
+            tunnel.stop()
+            server.stop()
