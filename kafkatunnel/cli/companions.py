@@ -56,6 +56,8 @@ def companion_lines(tunnel: Tunnel) -> list[str]:
             told = companion.url(False, audience.advertise)
             lines.extend(f"containers: {line}" for line in client_settings(target.kind, told))
         if target.kind == "keycloak" and not companion.names:
-            lines.append("note: tokens fetched there carry that address as their issuer, "
-                         "which brokers refuse: add --dns so they carry the in-cluster one")  # fmt: skip
+            lines.append(
+                "note: tokens fetched there carry that address as their issuer, which "
+                "brokers refuse: add --dns so they carry the in-cluster one"
+            )
     return lines
