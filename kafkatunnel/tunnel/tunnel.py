@@ -482,20 +482,12 @@ class Tunnel:
     def _accepted(
         self, endpoint: Endpoint, sock: socket.socket, audience: Audience | None = None
     ) -> None:
-        if len(self.connections) >= self.config.max_connections:
-            sock.close()
-            self.turned_away += 1
-            self._full_log.note(
-                f"{self.config.max_connections} client connections are open: new ones are "
-                "closed at once (raise --max-connections, or find the client that leaks them)"
-            )
-            return
-        self._connection(endpoint, audience).start(sock)
+        if self._admitted(sock):
+            self._connection(endpoint, audience).start(sock)
 
     def _accepted_by_companion(self, endpoint: Endpoint, sock: socket.socket) -> None:
         """A client of a service beside the brokers: its bytes pass untouched."""
-        if len(self.connections) >= self.config.max_connections:
-            self._accepted(endpoint, sock)  # turned away, as any client past the limit
+        if not self._admitted(sock):
             return
         assert self.companions is not None
         connection = ClientConnection(
@@ -508,6 +500,18 @@ class Tunnel:
         )
         self.connections.add(connection)
         connection.start(sock)
+
+    def _admitted(self, sock: socket.socket) -> bool:
+        """False (the socket closed, counted and said) past --max-connections."""
+        if len(self.connections) < self.config.max_connections:
+            return True
+        sock.close()
+        self.turned_away += 1
+        self._full_log.note(
+            f"{self.config.max_connections} client connections are open: new ones are "
+            "closed at once (raise --max-connections, or find the client that leaks them)"
+        )
+        return False
 
     def _connection(self, endpoint: Endpoint, audience: Audience | None) -> ClientConnection:
         connection = ClientConnection(
