@@ -29,6 +29,10 @@ from kafkatunnel.kube.services import (
 )
 from kafkatunnel.tunnel.companions import CompanionForwarder, Target
 
+# Each companion costs a listener (two with --dns), a loopback address and a kubectl
+# process; a namespace whose listing names more is more likely broken than that busy.
+MAX_DISCOVERED = 32
+
 
 @dataclass(frozen=True)
 class Chosen:
@@ -72,7 +76,15 @@ class ServiceForwarder(KubectlForwarder, CompanionForwarder):
         chosen: dict[str, Chosen] = {}
         if self.discover:
             listing = await self.kubectl.get_json("services")
-            for service, kind in companions.find(parse_services(listing)):
+            found = companions.find(parse_services(listing))
+            if len(found) > MAX_DISCOVERED:
+                skipped = ", ".join(s.name for s, _ in found[MAX_DISCOVERED : MAX_DISCOVERED + 5])
+                self.notes.append(
+                    f"{len(found)} companions found: forwarding the first {MAX_DISCOVERED} by "
+                    f"name, not {skipped}...; name others with --service NAME"
+                )
+                found = found[:MAX_DISCOVERED]
+            for service, kind in found:
                 try:
                     port = companions.usual_port(service, kind)
                 except ServiceError as cause:

@@ -10,6 +10,7 @@ while a client polls."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -29,6 +30,7 @@ import pytest
 from kafkatunnel.doctor import PASS, StartCheck, check_kubectl
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
+from kafkatunnel.kube.service_forwarder import ServiceForwarder
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
@@ -396,3 +398,19 @@ def test_containers_reach_the_companions_on_the_bridge(
         finally:
             tunnel.stop()
             server.stop()
+
+
+def test_a_namespace_naming_too_many_companions_gets_a_bounded_number(world: Any) -> None:
+    """A listing is the cluster's answer: a hundred services labelled as Schema Registries
+    get 32 forwards (each costs listeners and a kubectl), the rest named in a note."""
+    services = {f"registry-{i:03d}": {"selector": REGISTRY, "labels": REGISTRY,
+                                      "ports": [{"port": 8081}]} for i in range(100)}  # fmt: skip
+    world(namespaces={"shop": {"pods": [], "services": services}})
+    found = ServiceForwarder(KubectlForwarder(Kubectl(namespace="shop")), [], discover=True)
+    asyncio.run(found.prepare())
+    assert [t.name for t in found.targets()] == [f"registry-{i:03d}" for i in range(32)]
+    assert found.notes == [
+        "100 companions found: forwarding the first 32 by name, not registry-032, "
+        "registry-033, registry-034, registry-035, registry-036...; name others with "
+        "--service NAME"
+    ]
