@@ -2,6 +2,13 @@
 REST paths clients call on a Confluent Schema Registry (subjects, register, schema by id)
 and on Kafka Connect (its root, /connectors), each answer naming the pod that gave it.
 
+The answers copy the shapes the Confluent Schema Registry API reference (v7, the API
+SchemaRegistryClient of confluent-kafka 2.16 calls) and Apache Kafka Connect's REST API
+(3.9) document: `{"id": N}` for a registration, `{"schema": ...}` by id, the
+`error_code`/`message` body of a 404. The real programs need a Kafka broker to store their
+state (the `_schemas` and `connect-*` topics) and come from Maven, which cannot be reached
+here; what the tunnel does to their traffic (nothing: bytes pass) does not depend on them.
+
     python tests/kube/http_service.py KIND PORT POD    prints "serving on PORT"
 """
 
