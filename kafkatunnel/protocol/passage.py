@@ -138,7 +138,7 @@ class _Splitter:
         # Stopped at an answer naming brokers not learned yet (see unknown_brokers), and
         # the bytes fed since, to be read on resume().
         self._stop: _Stop | None = None
-        self._unfed: list[bytes] = []
+        self._unfed: list[Chunk] = []
 
     @property
     def mid_frame(self) -> bool:
@@ -209,7 +209,7 @@ class _Splitter:
             elif self._parts is not None:
                 self._frame_seen()
 
-    def feed(self, data: bytes) -> list[Chunk]:
+    def feed(self, data: Chunk) -> list[Chunk]:
         """What of `data` (and what came before) passes on now; see unknown_brokers."""
         if self._stop is not None:
             self._unfed.append(data)
@@ -634,7 +634,7 @@ class Direction(Protocol):
     many of the coming bytes need not be read at all, and brokers to learn before it goes on
     (then resume)."""
 
-    def feed(self, data: bytes) -> list[Chunk]: ...
+    def feed(self, data: Chunk) -> list[Chunk]: ...
     @property
     def unread(self) -> int: ...
     @property
@@ -653,7 +653,7 @@ class _Untouched:
     awaited = 0
     unknown_brokers: tuple[BrokerAddress, ...] = ()
 
-    def feed(self, data: bytes) -> list[Chunk]:
+    def feed(self, data: Chunk) -> list[Chunk]:
         return [data]
 
     def resume(self) -> list[Chunk]:

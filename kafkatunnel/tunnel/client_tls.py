@@ -22,6 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kafkatunnel.files import create_private, state_dir, state_directory, write_whole
 from kafkatunnel.tunnel.tls import load_pem_chain
+from kafkatunnel.tunnel.tls_socket import read_in_bulk
 
 CA_NAME = "kafkatunnel local CA"
 CA_DAYS = 3650
@@ -117,4 +118,5 @@ def listener_tls(listen_host: str, directory: Path | None = None) -> ClientTls:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     load_pem_chain(context, cert, key)
+    read_in_bulk(context)
     return ClientTls(context, ca_path)

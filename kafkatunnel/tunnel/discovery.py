@@ -9,7 +9,6 @@ from kafkatunnel.probe import metadata_request
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
-from kafkatunnel.tunnel.relay import read_some, write_all
 
 
 async def probe_brokers(
@@ -24,10 +23,10 @@ async def probe_brokers(
 
 
 async def _ask(upstream: Upstream) -> list[BrokerAddress]:
-    await write_all(upstream.write_fd, metadata_request(1))
+    await upstream.send(metadata_request(1))
     decoder = FrameDecoder(max_frame_size=16 << 20)
     while True:
-        data = await read_some(upstream.read_fd)
+        data = await upstream.receive()
         if not data:
             reason = await upstream.why_ended(None)
             raise ConnectionError(reason or "closed before answering")

@@ -16,6 +16,7 @@ import contextlib
 import os
 import shlex
 import socket
+import ssl
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from typing import cast
 
 from kafkatunnel.pids import die_with_parent
 from kafkatunnel.probe import split_address
+from kafkatunnel.tunnel.relay import READ_SIZE, read_some, write_all
 
 
 class ForwarderError(Exception):
@@ -43,6 +45,8 @@ class Upstream(ABC):
     write_fd: int
     on_gone: Callable[[], None] | None = None  # the far end went away without an EOF
     refused = False  # the far end refused this client for good (a TLS alert): no retry helps
+    # TLS that the relay reads and writes through itself (over a socket); None: plain bytes
+    ssl_socket: ssl.SSLSocket | None = None
 
     @abstractmethod
     def close(self) -> None:
@@ -67,6 +71,14 @@ class Upstream(ABC):
     async def why_ended(self, error: OSError | None) -> str | None:
         """Why the stream ended (None: a plain close), given what reading it gave."""
         return None if error is None else f"connection to the broker lost: {error.strerror}"
+
+    async def send(self, data: bytes) -> None:
+        """All of data into the stream (outside the relay: probes and discovery)."""
+        await write_all(self.write_fd, data)
+
+    async def receive(self, size: int = READ_SIZE) -> bytes:
+        """What the stream has, once it has something (b"": it ended)."""
+        return await read_some(self.read_fd, size)
 
 
 class Forwarder(ABC):

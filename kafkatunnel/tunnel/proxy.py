@@ -19,8 +19,7 @@ from kafkatunnel.protocol.rewrite import BrokerAddress
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
-from kafkatunnel.tunnel.tls import accept_tls
-from kafkatunnel.tunnel.tls_stream import TlsUpstream
+from kafkatunnel.tunnel.tls import TlsStream, accept_tls
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
@@ -54,7 +53,7 @@ class ClientConnection:
         self.zero_copy = zero_copy
         self.learn = learn  # brokers the answers name, given tunnel addresses
         self.client_tls = client_tls  # serve the client TLS (--client-tls)
-        self.client_stream: TlsUpstream | None = None  # the client's plaintext, then
+        self.client_stream: TlsStream | None = None  # the client's plaintext, then
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
         self.upstream: Upstream | None = None
@@ -106,6 +105,7 @@ class ClientConnection:
         upstream.on_gone = lambda: self._upstream_ended(None)
         assert self.sock is not None
         client = self.sock.fileno() if self.client_stream is None else self.client_stream.read_fd
+        client_tls = None if self.client_stream is None else self.client_stream.ssl_socket
         recording = self.recording
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a PassThrough's opaque bytes) reads them all.
@@ -125,6 +125,8 @@ class ClientConnection:
                 on_source_end=self._client_ended,
                 on_sink_error=self._upstream_ended,
                 on_chunks=None if streamed is None else streamed.from_client,
+                source_tls=client_tls,
+                sink_tls=upstream.ssl_socket,
             ),
             Pump(
                 upstream.read_fd,
@@ -136,6 +138,8 @@ class ClientConnection:
                 on_sink_error=lambda _: self.close(),  # the client went away
                 on_chunks=None if streamed is None else streamed.to_client,
                 learn=self.learn,
+                source_tls=upstream.ssl_socket,
+                sink_tls=client_tls,
             ),
         ]
         for pump in self.pumps:

@@ -18,7 +18,6 @@ from kafkatunnel.probe import api_versions_request
 from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
-from kafkatunnel.tunnel.relay import read_some, write_all
 from kafkatunnel.tunnel.tls import speaks_tls
 
 RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
@@ -91,15 +90,15 @@ async def _ask(forwarder: Forwarder, host: str, port: int, tls_possible: bool) -
 
 async def _answered(upstream: Upstream, tls_possible: bool) -> None:
     try:
-        await write_all(upstream.write_fd, api_versions_request())
+        await upstream.send(api_versions_request())
     except OSError as error:  # a process that exited at once: its status says why
-        raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
+        raise await _failed(upstream, error) from None
     decoder = FrameDecoder(max_frame_size=1 << 20)
     while True:
         try:
-            data = await read_some(upstream.read_fd)
-        except OSError as error:
-            raise ConnectionError(await upstream.why_ended(error) or str(error)) from None
+            data = await upstream.receive()
+        except OSError as error:  # a TLS alert, read over a socket, is one too
+            raise await _failed(upstream, error) from None
         if not data:
             reason = await upstream.why_ended(None)
             if reason is not None and upstream.refused:
@@ -118,3 +117,11 @@ async def _answered(upstream: Upstream, tls_possible: bool) -> None:
             raise ForwarderError(SPEAKS_TLS, permanent=True)
         if decoder.feed(data):
             return
+
+
+async def _failed(upstream: Upstream, error: OSError) -> Exception:
+    """Why reading or writing the upstream failed: for good if the far end refused us."""
+    reason = await upstream.why_ended(error) or str(error)
+    if upstream.refused:
+        return ForwarderError(reason, permanent=True)
+    return ConnectionError(reason)

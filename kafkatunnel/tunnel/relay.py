@@ -7,6 +7,9 @@ through a pipe, kernel to kernel, never copied into Python: on a laptop whose co
 shared by client, tunnel and port-forward, the bytes the tunnel does not copy are CPU the
 client keeps. The rest is read, framed, perhaps rewritten, and written with writev(2).
 
+With TLS on a side (tls_socket.py), the Pump calls that side's ssl.SSLSocket itself, and
+every byte is read and written: OpenSSL reads or writes that socket, so nothing splices.
+
 A Pump reads again only once everything it read is written, so a slow reader on one side
 slows the writer on the other: a direction holds one read's worth of bytes, besides a frame
 it must hold whole to rewrite (a Metadata answer, say: at most the frame size limit).
@@ -22,6 +25,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import ssl
 from collections.abc import Callable
 
 from kafkatunnel.protocol.errors import ProtocolError
@@ -37,6 +41,8 @@ PIPE_SIZE = 256 << 10  # asked of the kernel, which may grant less (a per-user q
 BURST = 16  # reads per wake-up before other connections get their turn
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+TLS_RECORD = 16 << 10  # the most plaintext one TLS record carries (RFC 8446 5.1)
+RETRY_TLS = 0.01  # seconds before retrying a TLS call that waits on the other direction
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 
 
@@ -81,12 +87,17 @@ class Pump:
         on_sink_error: Callable[[OSError], None],
         on_chunks: Callable[[list[Chunk]], None] | None = None,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
+        source_tls: ssl.SSLSocket | None = None,
+        sink_tls: ssl.SSLSocket | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
         self.sink = sink
         self.direction = direction
-        self.zero_copy = zero_copy and ZERO_COPY
+        # TLS on either side: OpenSSL reads or writes that socket, so nothing can be spliced.
+        self.zero_copy = zero_copy and ZERO_COPY and source_tls is None and sink_tls is None
+        self.source_tls = source_tls
+        self.sink_tls = sink_tls
         self.read_size = HEAD_READ if self.zero_copy else READ_SIZE
         self.on_bytes = on_bytes
         self.on_source_end = on_source_end
@@ -147,6 +158,9 @@ class Pump:
             for _ in range(BURST):
                 if not self._read() or not self._flush() or self._short:
                     break
+            else:
+                if self.source_tls is not None and not self._short and self._reading:
+                    self.loop.call_soon(self._readable)  # OpenSSL may hold more: see _read_tls
         except Exception as error:  # a bug costs this connection, never the event loop
             log.debug("connection bug", exc_info=True)
             self.close()
@@ -160,9 +174,15 @@ class Pump:
                 return self._splice_in(unread)
             awaited = self.direction.awaited  # of a frame held whole: read it in bulk
             size = min(max(awaited, self.read_size), READ_SIZE)
-            data = os.read(self.source, size)
-            self._short = len(data) < size
-        except (BlockingIOError, InterruptedError):
+            if self.source_tls is not None:
+                data = self._read_tls(self.source_tls, size)
+            else:
+                data = os.read(self.source, size)
+                self._short = len(data) < size
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            return False
+        except ssl.SSLWantWriteError:  # OpenSSL must answer first (a TLS 1.3 KeyUpdate)
+            self.loop.call_later(RETRY_TLS, self._readable)
             return False
         except OSError as error:
             self._source_ended(error)
@@ -185,6 +205,27 @@ class Pump:
             self.on_chunks(chunks)
         self._out.extend(chunks)
         return True
+
+    def _read_tls(self, tls: ssl.SSLSocket, size: int) -> Chunk:
+        """Up to size decrypted bytes: OpenSSL gives one record (16 KiB at most) per call,
+        so several calls fill one buffer, which then passes on whole, as a socket read's would."""
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        filled = 0
+        while filled < size:
+            try:
+                got = tls.recv_into(view[filled:])
+            except ssl.SSLWantReadError:
+                if not filled:
+                    raise
+                break
+            if not got:  # the end (close_notify, or the socket's): the next call says so again
+                break
+            filled += got
+        # A full buffer: OpenSSL may hold more, read from the socket ahead, which the
+        # socket will not signal again; read on without waiting for it.
+        self._short = filled < size and not tls.pending()
+        return view[:filled]
 
     def _splice_in(self, unread: int) -> bool:
         if self._pipe is None:
@@ -225,10 +266,15 @@ class Pump:
                 if not moved:
                     raise BrokenPipeError("the sink accepted nothing")
                 self._in_pipe -= moved
+            if self.sink_tls is not None:
+                self._send_tls(self.sink_tls)
             while self._out:
                 self._consume(os.writev(self.sink, self._out[:IOV_MAX]))
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
             self._watch_sink()
+            return False
+        except ssl.SSLWantReadError:  # a renegotiation, which Kafka brokers refuse: no spinning
+            self.loop.call_later(RETRY_TLS, self._writable)
             return False
         except OSError as error:
             self.close()
@@ -240,6 +286,22 @@ class Pump:
         self._settle()
         self._watch_source()
         return True
+
+    def _send_tls(self, tls: ssl.SSLSocket) -> None:
+        """Everything read, a chunk per TLS write, small chunks joined up to a record's
+        size (a frame's header, say: not a record of its own; large chunks are not copied).
+        A write that must wait is repeated with the same bytes, as OpenSSL requires: once
+        joined, a chunk and the next no longer fit a record, so the retry joins nothing."""
+        out = self._out
+        while out:
+            if len(out[0]) < TLS_RECORD and len(out) > 1:
+                ends, size = 1, len(out[0])
+                while ends < len(out) and size + len(out[ends]) <= TLS_RECORD:
+                    size += len(out[ends])
+                    ends += 1
+                if ends > 1:
+                    out[:ends] = [b"".join(out[:ends])]
+            self._consume(tls.send(out[0]))
 
     def _consume(self, written: int) -> None:
         out = self._out
@@ -257,6 +319,8 @@ class Pump:
         if not self._reading and not self._stopped:
             self.loop.add_reader(self.source, self._readable)
             self._reading = True
+            if self.source_tls is not None and not self._short:
+                self.loop.call_soon(self._readable)  # OpenSSL may hold more: see _read_tls
 
     def _watch_sink(self) -> None:
         if self._reading:
@@ -277,7 +341,7 @@ async def read_some(fd: int, size: int = READ_SIZE) -> bytes:
         try:
             return os.read(fd, size)
         except (BlockingIOError, InterruptedError):
-            await _ready(fd, writing=False)
+            await wait_ready(fd, writing=False)
 
 
 async def write_all(fd: int, data: bytes) -> None:
@@ -287,10 +351,11 @@ async def write_all(fd: int, data: bytes) -> None:
         try:
             view = view[os.write(fd, view) :]
         except (BlockingIOError, InterruptedError):
-            await _ready(fd, writing=True)
+            await wait_ready(fd, writing=True)
 
 
-async def _ready(fd: int, *, writing: bool) -> None:
+async def wait_ready(fd: int, *, writing: bool) -> None:
+    """Until the loop sees fd readable (or writable)."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
 

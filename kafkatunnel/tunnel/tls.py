@@ -2,14 +2,15 @@
 the Kafka frames inside (to rewrite, learn brokers and record), and clients keep plaintext
 on loopback.
 
-The handshake runs over whatever stream the forwarder gives (a kubectl port-forward, an
-exec'd command's pipes, a TCP socket) with ssl.SSLObject over memory BIOs, the standard
-library's sans-I/O TLS. The name checked, and sent as SNI, is the broker's advertised host,
-never the forward's local address: behind a port-forward that is 127.0.0.1, which no broker
-certificate names (why kafka-proxy's users turn verification off, grepplabs/kafka-proxy#40).
+The handshake runs over whatever stream the forwarder gives: on a socket (a direct
+connection, a kubectl port-forward's local port) OpenSSL reads and writes the socket itself
+(tls_socket.py); on an exec'd command's pipes ssl.SSLObject runs over memory BIOs, the
+standard library's sans-I/O TLS (tls_stream.py). The name checked, and sent as SNI, is the
+broker's advertised host, never the forward's local address: behind a port-forward that
+is 127.0.0.1, which no broker certificate names (why kafka-proxy's users turn verification
+off, grepplabs/kafka-proxy#40).
 
-After the handshake a TlsUpstream (tls_stream.py) hands the relay plaintext; what went
-wrong is said by certificates.py.
+What went wrong is said by certificates.py.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from pathlib import Path
 
 from kafkatunnel.tunnel.certificates import TlsSession, openssl_reason, verification_failure
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, TcpUpstream, Upstream
-from kafkatunnel.tunnel.relay import read_some, write_all
+from kafkatunnel.tunnel.tls_socket import SocketTlsUpstream, handshake, read_in_bulk
 from kafkatunnel.tunnel.tls_stream import READ_SIZE, TlsUpstream
+
+TlsStream = SocketTlsUpstream | TlsUpstream  # over a socket; over any other stream
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ def client_context(options: TlsOptions) -> ssl.SSLContext:
     if options.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    read_in_bulk(context)
     return context
 
 
@@ -235,26 +239,26 @@ async def shown_certificate(
     return tls.certificate or b""
 
 
-async def start_tls(upstream: Upstream, context: ssl.SSLContext, host: str) -> TlsUpstream:
+async def start_tls(upstream: Upstream, context: ssl.SSLContext, host: str) -> TlsStream:
     """The TLS client handshake over `upstream`, checking `host` (a name or an IP literal)."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
     closed = (
         f"{host} closed the connection during the TLS handshake: is this a TLS listener? "
         "(a plaintext listener needs no --tls)"
     )
+    if isinstance(upstream, TcpUpstream):
+        return await handshake(upstream, context, closed, server_hostname=host)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
     return await _handshake(upstream, tls, incoming, outgoing, closed)
 
 
-async def accept_tls(client: socket.socket, context: ssl.SSLContext) -> TlsUpstream:
+async def accept_tls(client: socket.socket, context: ssl.SSLContext) -> TlsStream:
     """The TLS server handshake with a client that connected to a tunnel port (--client-tls)."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing, server_side=True)
     closed = (
         "the client closed the connection during the TLS handshake (does it trust the "
         "tunnel's CA? its ssl.ca.location is printed at start)"
     )
-    return await _handshake(TcpUpstream(client), tls, incoming, outgoing, closed)
+    return await handshake(TcpUpstream(client), context, closed)
 
 
 async def _handshake(
@@ -264,6 +268,7 @@ async def _handshake(
     outgoing: ssl.MemoryBIO,
     closed: str,
 ) -> TlsUpstream:
+    """The handshake over a stream that is not a socket, through memory BIOs."""
     while True:
         try:
             tls.do_handshake()
@@ -283,13 +288,13 @@ async def _handshake(
 
 async def _send(upstream: Upstream, data: bytes) -> None:
     try:
-        await write_all(upstream.write_fd, data)
+        await upstream.send(data)
     except OSError as error:
         raise ForwarderError(await upstream.why_ended(error) or str(error)) from None
 
 
 async def _receive(upstream: Upstream) -> bytes:
     try:
-        return await read_some(upstream.read_fd, READ_SIZE)
+        return await upstream.receive(READ_SIZE)
     except OSError as error:
         raise ForwarderError(await upstream.why_ended(error) or str(error)) from None

@@ -16,7 +16,7 @@ from tests.tunnel.conftest import MakeTunnel
 REQUESTS = 50_000  # ~20 MB of ApiVersions answers: more than every socket buffer between
 
 
-def _api_versions(correlation_id: int) -> bytes:
+def api_versions(correlation_id: int) -> bytes:
     body = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + correlation_id.to_bytes(4, "big")
     body += (5).to_bytes(2, "big") + b"stall"
     return len(body).to_bytes(4, "big") + body
@@ -28,7 +28,7 @@ def test_a_client_that_stops_reading_stalls_only_itself(
     tunnel = make_tunnel()
     stalled = socket.create_connection(split_address(tunnel.bootstrap_servers))
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-    requests = b"".join(_api_versions(i) for i in range(REQUESTS))
+    requests = b"".join(api_versions(i) for i in range(REQUESTS))
     sender = threading.Thread(target=stalled.sendall, args=(requests,), daemon=True)
     sender.start()  # blocks once the answers back up to the broker
 

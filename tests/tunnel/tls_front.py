@@ -4,18 +4,23 @@
 Broker i advertises 127.0.0.1:P_i. Its TLS listener is 127.0.0.2:P_i, forwarding to the
 broker, with a certificate for whatever names the test wants. The tunnel's exec forwarder
 dials 127.0.0.2:{port} while TLS checks the advertised 127.0.0.1: the address dialled is
-not the name checked, as behind a kubectl port-forward."""
+not the name checked, as behind a kubectl port-forward. SocketForwarder dials the same
+listeners with a TCP socket opened inside the cluster's network: the tunnel's other TLS
+path, OpenSSL on the socket, as behind a kubectl forward's local port."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, TcpUpstream, Upstream
 from kafkatunnel.waiting import wait_for
 from tests.pki import Issued
 
@@ -86,3 +91,25 @@ class TlsFront:
         (port_prefix "1": 19092 for 9092); the advertised host stays the name checked."""
         prefix = self.cluster.exec_template().split("socat ")[0]
         return prefix + f"socat STDIO TCP:{FRONT_HOST}:{port_prefix}{{port}}"
+
+
+class SocketForwarder(Forwarder):
+    """Each broker's TLS listener on a TCP socket connected from inside the cluster's network
+    (setns): to the tunnel, a socket like a direct forward's or a port-forward's."""
+
+    kind = "direct"
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+
+    async def open(self, host: str, port: int) -> Upstream:
+        try:
+            sock = await asyncio.to_thread(self.cluster.connect, FRONT_HOST, port)
+        except OSError as error:
+            raise ForwarderError(f"cannot connect to {FRONT_HOST}:{port}: {error}") from None
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return TcpUpstream(sock)
+
+    def describe(self, host: str, port: int) -> str:
+        return f"tcp {FRONT_HOST}:{port} in the cluster's network"

@@ -1,0 +1,134 @@
+"""TLS that OpenSSL reads and writes on the socket itself (tls_socket.py), under the relay's
+Pump: real TLS sessions between two ends of a TCP connection on loopback, certificates from
+a CA the test makes."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import socket
+import ssl
+import struct
+import termios
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kafkatunnel.protocol.passage import PassThrough
+from kafkatunnel.tunnel.relay import READ_SIZE, Pump
+from kafkatunnel.tunnel.tls import TlsOptions, client_context
+from kafkatunnel.tunnel.tls_socket import read_in_bulk
+from kafkatunnel.waiting import wait_for
+from tests.pki import TestAuthority
+
+RECORD = 10_000  # plaintext per TLS record: no divisor of the Pump's read, so a full read
+# ends inside the last record, which OpenSSL holds decrypted, the socket empty
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux: beyond wmem_max/rmem_max, as root
+
+
+def _unread(sock: socket.socket) -> int:
+    """Bytes the kernel holds for sock, not yet read from it (SIOCINQ)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0\0\0\0"))[0])
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes written to sock that its peer has not yet received (SIOCOUTQ)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock, termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+
+
+@contextmanager
+def _session(
+    ca: TestAuthority, context: ssl.SSLContext
+) -> Iterator[tuple[ssl.SSLSocket, ssl.SSLSocket]]:
+    """(client, server): a TLS session over loopback TCP whose buffers hold 8 MiB unread,
+    the client's with `context`, the server's certificate from `ca`."""
+    issued = ca.issue("server", ["localhost"])
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(issued.cert, issued.key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    client.connect(listener.getsockname())
+    accepted, _ = listener.accept()
+    listener.close()
+    accepted.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 8 << 20)
+    server: list[ssl.SSLSocket] = []
+    handshake = threading.Thread(
+        target=lambda: server.append(serving.wrap_socket(accepted, server_side=True))
+    )
+    handshake.start()
+    mine = context.wrap_socket(client, server_hostname="localhost")
+    handshake.join(10)
+    try:
+        yield mine, server[0]
+    finally:
+        mine.close()
+        server[0].close()
+
+
+def test_openssl_reads_the_socket_in_bulk_not_per_record(tmp_path: Path) -> None:
+    """With read_in_bulk, one record asked for takes all that waits on the socket (one
+    read(2) for many records); without it, OpenSSL leaves the rest in the kernel."""
+    ca = TestAuthority(tmp_path)
+    payload = b"x" * (160 << 10)  # ten full records
+    bulk = client_context(TlsOptions(ca.pem))  # the tunnel's, which reads in bulk
+    assert read_in_bulk(bulk)  # it says whether it could: here, yes
+    plain = ssl.create_default_context(cafile=ca.pem)  # the ssl module's own default
+    for context, expect_left in ((bulk, False), (plain, True)):
+        with _session(ca, context) as (client, server):
+            server.sendall(payload)
+            assert len(client.recv(16 << 10)) == 16 << 10
+            assert (_unread(client) > 0) is expect_left, (context is bulk, _unread(client))
+
+
+def test_a_pump_resumes_with_records_openssl_already_holds(tmp_path: Path) -> None:
+    """A full read leaves records inside OpenSSL while the socket is empty and quiet; the
+    client then stalls the Pump. When it reads again, those records must still come: the
+    socket will never say it is readable."""
+    records = -(-READ_SIZE // RECORD)  # the fewest whole records past one full read
+    payload = (bytes(range(256)) * (records * RECORD // 256 + 1))[: records * RECORD]
+
+    async def relay(client: ssl.SSLSocket) -> bytes:
+        client.setblocking(False)
+        out, sink = socket.socketpair()
+        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 << 10)
+        out.setblocking(False)
+        ended: list[BaseException | None] = []  # why the Pump stopped, if it did
+        pump = Pump(
+            client.fileno(),
+            out.fileno(),
+            PassThrough().responses,
+            zero_copy=True,
+            on_bytes=lambda _: None,
+            on_source_end=ended.append,
+            on_sink_error=ended.append,
+            source_tls=client,
+        )
+        pump.start()
+        await asyncio.sleep(0)  # the Pump reads, fills its buffer, and finds the sink full
+        await asyncio.wait_for(_until(lambda: pump.pending), 10)
+        sink.setblocking(False)
+        received = bytearray()
+        loop = asyncio.get_running_loop()
+        while len(received) < len(payload):
+            received += await asyncio.wait_for(loop.sock_recv(sink, 1 << 20), 10)
+        pump.close()
+        out.close()
+        sink.close()
+        assert not ended, ended
+        return bytes(received)
+
+    ca = TestAuthority(tmp_path)
+    with _session(ca, client_context(TlsOptions(ca.pem))) as (client, server):
+        for start in range(0, len(payload), RECORD):  # all of it waits in the kernel
+            server.sendall(payload[start : start + RECORD])
+        wait_for(
+            lambda: _unsent(server) == 0, timeout=10, what="the records in the client's kernel"
+        )
+        assert asyncio.run(relay(client)) == payload
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
