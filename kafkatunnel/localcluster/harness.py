@@ -257,15 +257,19 @@ def start_tansu(
     inside: Callable[[list[str]], list[str]] = list,
     connect: Callable[[str, int], socket.socket] | None = None,
     silent: bool = False,
+    authentication: bool = False,
 ) -> ManagedProcess:
     """A tansu broker (in-memory storage) on listen_host:port advertising `advertised`,
-    once it accepts connections; `inside` and `connect` put it into another network."""
+    once it accepts connections; `inside` and `connect` put it into another network.
+    authentication: clients must authenticate (SASL SCRAM-SHA-512, against users of its
+    own storage)."""
     process = ManagedProcess(
         inside(
             [
                 tansu_binary(), "broker", "--listener-url", f"tcp://{listen_host}:{port}",
                 "--advertised-listener-url", f"tcp://{advertised}",
                 "--storage-engine", "memory://tansu/", *(["--silent"] if silent else []),
+                *(["--authentication"] if authentication else []),
             ]
         ),
         name=f"tansu-{port}",

@@ -15,11 +15,13 @@ import threading
 import uuid
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.harness import start_tansu
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import (
     consume_group,
@@ -408,3 +410,63 @@ def test_a_client_that_stops_reading_gets_every_answer_in_order_over_tls(
 
 
 STALLED_REQUESTS = 50_000  # ~20 MB of ApiVersions answers: more than every buffer between
+
+
+def test_scram_crosses_tls_to_tansus_authenticator_and_its_verdict_comes_back(
+    ca: TestAuthority, tmp_path: Path
+) -> None:
+    """SASL_SSL in the cluster, SASL_PLAINTEXT to the tunnel: a SCRAM-SHA-512 client's
+    SaslHandshake and SaslAuthenticate cross the tunnel's TLS, verified against the
+    broker's Kubernetes-style name, to tansu 0.6's authenticator (`--authentication`), and
+    its answer comes back as tansu sent it. That answer is `unknown-user`: tansu 0.6 keeps
+    SCRAM users only in storage this build lacks, and creates none before a client has
+    authenticated, so no user can log in. The recording keeps neither user nor nonce."""
+    name = "kafka-0.kafka-headless.shop.svc.cluster.local"
+    server = ca.issue("tansu", [name])
+    broker_port, front_port = free_port_run(1), free_port_run(1)
+    recordings = tmp_path / "recorded"
+    broker = start_tansu(broker_port, f"{name}:9093", authentication=True, silent=True)
+    front = ManagedProcess(
+        [
+            "socat",
+            f"OPENSSL-LISTEN:{front_port},bind=127.0.0.1,reuseaddr,fork,"
+            f"cert={server.cert},key={server.key},verify=0",
+            f"TCP:127.0.0.1:{broker_port}",
+        ],
+        name="socat-tls-front",
+    )
+    try:
+        front.wait_accepting(front_port, timeout=10)
+        config = TunnelConfig(
+            bootstrap=f"{name}:9093", listen_port=free_port_run(8), control=False,
+            start_timeout=10, tls=TlsOptions(ca.pem), record_dir=recordings,
+        )  # fmt: skip
+        forwarder = DirectForwarder({(name, 9093): ("127.0.0.1", front_port)})
+        with BackgroundTunnel(config, forwarder) as tunnel:
+            errors: list[str] = []
+            client = confluent_kafka.Producer(
+                {
+                    "bootstrap.servers": tunnel.bootstrap_servers,
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.username": "alice",
+                    "sasl.password": PASSWORD.decode(),
+                    "error_cb": lambda error: errors.append(str(error)),
+                    "log_level": 0,
+                }
+            )
+
+            def refused() -> bool:
+                client.poll(0.1)
+                return any("unknown-user" in e for e in errors)
+
+            wait_for(refused, timeout=20, what="tansu's SCRAM answer through the tunnel")
+            assert any("state AUTH_REQ" in e for e in errors), errors  # past the handshake
+            session = tunnel.status()["endpoints"][0]["tls"]
+            assert session["names"] == [f"DNS:{name}"], session
+    finally:
+        front.stop()
+        broker.stop()
+    data = b"".join(path.read_bytes() for path in sorted(recordings.iterdir()))
+    assert b"SCRAM-SHA-512" in data  # the handshake is recorded
+    assert b"alice" not in data and b"n,,n=" not in data and PASSWORD not in data
