@@ -252,7 +252,7 @@ async def start_tls(upstream: Upstream, context: ssl.SSLContext, host: str) -> T
     return await _handshake(upstream, tls, incoming, outgoing, closed)
 
 
-async def accept_tls(client: socket.socket, context: ssl.SSLContext) -> TlsStream:
+async def accept_tls(client: socket.socket, context: ssl.SSLContext) -> SocketTlsUpstream:
     """The TLS server handshake with a client that connected to a tunnel port (--client-tls)."""
     closed = (
         "the client closed the connection during the TLS handshake (does it trust the "

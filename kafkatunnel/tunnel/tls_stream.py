@@ -1,7 +1,8 @@
-"""A TLS stream the relay reads and writes as plaintext: after the handshake a socketpair
-stands in for the forwarder's stream (or a client's socket), and a bridge moves bytes
-between its other end and the TLS records, holding at most BRIDGE_HELD bytes each way
-before it stops reading the side that fills it."""
+"""A TLS stream the relay reads and writes as plaintext, for streams that are not sockets
+(an exec'd command's pipes, where OpenSSL has no socket to read; sockets take
+tls_socket.py): after the handshake a socketpair stands in for the forwarder's stream, and
+a bridge moves bytes between its other end and the TLS records, holding at most
+BRIDGE_HELD bytes each way before it stops reading the side that fills it."""
 
 from __future__ import annotations
 

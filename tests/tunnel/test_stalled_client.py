@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.workload import consume_group, produce
@@ -22,21 +23,15 @@ def api_versions(correlation_id: int) -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
-def test_a_client_that_stops_reading_stalls_only_itself(
-    cluster: LocalCluster, make_tunnel: MakeTunnel
-) -> None:
-    tunnel = make_tunnel()
-    stalled = socket.create_connection(split_address(tunnel.bootstrap_servers))
+def stalled_client_gets_every_answer(bootstrap: str, meanwhile: Callable[[], None]) -> None:
+    """A client sends REQUESTS ApiVersions and reads nothing while `meanwhile` runs (other
+    clients' work); then it reads, and every answer must come, in order."""
+    stalled = socket.create_connection(split_address(bootstrap))
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     requests = b"".join(api_versions(i) for i in range(REQUESTS))
     sender = threading.Thread(target=stalled.sendall, args=(requests,), daemon=True)
     sender.start()  # blocks once the answers back up to the broker
-
-    topic = f"stall-{uuid.uuid4().hex[:6]}"
-    assert produce(tunnel.bootstrap_servers, topic, 100) == 100
-    result = consume_group(tunnel.bootstrap_servers, f"{topic}-g", topic, 100, timeout=60)
-    assert result.consumed == 100
-
+    meanwhile()
     decoder = FrameDecoder(max_frame_size=1 << 20)
     answers: list[int] = []
     stalled.settimeout(30)
@@ -47,4 +42,18 @@ def test_a_client_that_stops_reading_stalls_only_itself(
     sender.join(30)
     stalled.close()
     assert answers == list(range(REQUESTS))
+
+
+def test_a_client_that_stops_reading_stalls_only_itself(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    tunnel = make_tunnel()
+    topic = f"stall-{uuid.uuid4().hex[:6]}"
+
+    def others_carry_on() -> None:
+        assert produce(tunnel.bootstrap_servers, topic, 100) == 100
+        result = consume_group(tunnel.bootstrap_servers, f"{topic}-g", topic, 100, timeout=60)
+        assert result.consumed == 100
+
+    stalled_client_gets_every_answer(tunnel.bootstrap_servers, others_carry_on)
     assert tunnel.status()["endpoints"][0]["errors"] == 0

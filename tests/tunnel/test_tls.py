@@ -11,7 +11,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from kafkatunnel.localcluster.workload import (
     produce_transaction,
 )
 from kafkatunnel.probe import split_address
-from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.client_tls import listener_tls
@@ -47,7 +45,7 @@ from kafkatunnel.verify.judge import OK
 from kafkatunnel.waiting import wait_for
 from tests.kio_messages import request_frame
 from tests.pki import TestAuthority
-from tests.tunnel.test_stalled_client import api_versions
+from tests.tunnel.test_stalled_client import stalled_client_gets_every_answer
 from tests.tunnel.tls_front import SocketForwarder, TlsFront
 
 ADVERTISED = "127.0.0.1"  # what the mock brokers advertise: the name TLS checks
@@ -389,27 +387,13 @@ def test_a_client_that_stops_reading_gets_every_answer_in_order_over_tls(
     server = ca.issue("brokers", [ADVERTISED])
     front = TlsFront(cluster, server)
     with front, _tunnel(cluster, front, TlsOptions(ca.pem), via=via) as tunnel:
-        stalled = socket.create_connection(split_address(tunnel.bootstrap_servers))
-        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-        requests = b"".join(api_versions(i) for i in range(STALLED_REQUESTS))
-        sender = threading.Thread(target=stalled.sendall, args=(requests,), daemon=True)
-        sender.start()  # blocks once the answers back up to the broker
         topic = f"tls-stall-{uuid.uuid4().hex[:6]}"
-        assert produce(tunnel.bootstrap_servers, topic, 20) == 20
-        decoder = FrameDecoder(max_frame_size=1 << 20)
-        answers: list[int] = []
-        stalled.settimeout(30)
-        while len(answers) < STALLED_REQUESTS:
-            data = stalled.recv(1 << 20)
-            assert data, f"the tunnel closed the connection after {len(answers)} answers"
-            answers.extend(int.from_bytes(f[4:8], "big") for f in decoder.feed(data))
-        sender.join(30)
-        stalled.close()
-        assert answers == list(range(STALLED_REQUESTS))
+
+        def another_client_carries_on() -> None:
+            assert produce(tunnel.bootstrap_servers, topic, 20) == 20
+
+        stalled_client_gets_every_answer(tunnel.bootstrap_servers, another_client_carries_on)
         assert tunnel.status()["endpoints"][0]["errors"] == 0
-
-
-STALLED_REQUESTS = 50_000  # ~20 MB of ApiVersions answers: more than every buffer between
 
 
 def test_scram_crosses_tls_to_tansus_authenticator_and_its_verdict_comes_back(
