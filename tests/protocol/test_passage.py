@@ -19,7 +19,11 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
-from kio.static.primitive import i32Timedelta
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+from kio.static.primitive import i32Timedelta, i64Timedelta
 
 from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, PassThrough, RecordSpans
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
@@ -179,3 +183,50 @@ def test_transparent_mode_lets_everything_pass_unread() -> None:
         assert direction.unread == sys.maxsize
         assert direction.awaited == 0
         assert direction.feed(b"\x16\x03\x01 a TLS record") == [b"\x16\x03\x01 a TLS record"]
+
+
+def test_sasl_reauthentication_mid_connection_passes_unchanged_and_rewriting_goes_on() -> None:
+    """KIP-368: when the session a broker granted (session_lifetime) runs out, the client
+    authenticates again on the same connection, between its other requests. SaslHandshake
+    v1 and SaslAuthenticate v2 pass both ways as they came, and the Metadata answers before
+    and after are rewritten alike."""
+    exchange = Exchange(tunnel_mapper, rewrite_caps())
+    ask = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    broker = MetadataResponseBroker(node_id=1, host="kafka-1.kafka", port=9092, rack=None)  # type: ignore[arg-type]
+    metadata = encode(
+        MetadataResponse(
+            throttle_time=NO_TIME, brokers=(broker,), cluster_id="c",
+            controller_id=1, topics=(),  # type: ignore[arg-type]
+        )
+    )  # fmt: skip
+    granted = i64Timedelta.parse(datetime.timedelta(minutes=5))
+    requests: list[bytes] = []
+    answers: list[bytes] = []
+    expected: list[bytes] = []
+    for login in range(2):  # the first login, then the one KIP-368 asks for
+        base = login * 3
+        token = f"n,,n=alice,r=nonce{login}".encode()
+        requests += [
+            request_frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), base + 1),
+            request_frame(SaslAuthenticateRequest(auth_bytes=token), base + 2),
+            request_frame(ask, base + 3),
+        ]
+        handshake = SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=("SCRAM-SHA-512",))
+        authenticated = SaslAuthenticateResponse(
+            error_code=ErrorCode.none, error_message=None, auth_bytes=b"r=nonce,s=c2FsdA==,i=8192",
+            session_lifetime=granted,
+        )  # fmt: skip
+        answered = [
+            response_frame(17, 1, encode(handshake), base + 1),
+            response_frame(36, 2, encode(authenticated), base + 2),
+            response_frame(3, 12, metadata, base + 3),
+        ]
+        answers += answered
+        expected += [*answered[:2], rewrite_response(answered[2], 3, 12, tunnel_mapper).frame]
+    sent = b"".join(bytes(c) for r in requests for c in exchange.requests.feed(r))
+    assert sent == b"".join(requests)
+    received = b"".join(bytes(c) for a in answers for c in exchange.responses.feed(a))
+    assert received == b"".join(expected)
+    assert b"127.0.0.1" in expected[-1] and b"kafka-1.kafka" not in expected[-1]
