@@ -111,6 +111,7 @@ class Pump:
         self._reading = False
         self._writing = False
         self._stopped = False
+        self._closed = False
         # The last read returned less than it asked for: the source had no more then, so
         # the next read waits for the loop (which watches level-triggered), not for EAGAIN.
         self._short = False
@@ -139,6 +140,7 @@ class Pump:
 
     def close(self) -> None:
         """Stop watching both descriptors and free the pipe; the descriptors stay open."""
+        self._closed = True
         self.stop()
         if self._writing:
             self.loop.remove_writer(self.sink)
@@ -159,8 +161,8 @@ class Pump:
                 if not self._read() or not self._flush() or self._short:
                     break
             else:
-                if self.source_tls is not None and not self._short and self._reading:
-                    self.loop.call_soon(self._readable)  # OpenSSL may hold more: see _read_tls
+                if self.source_tls is not None and not self._short:
+                    self.loop.call_soon(self._read_on)
         except Exception as error:  # a bug costs this connection, never the event loop
             log.debug("connection bug", exc_info=True)
             self.close()
@@ -181,8 +183,8 @@ class Pump:
                 self._short = len(data) < size
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
             return False
-        except ssl.SSLWantWriteError:  # OpenSSL must answer first (a TLS 1.3 KeyUpdate)
-            self.loop.call_later(RETRY_TLS, self._readable)
+        except ssl.SSLWantWriteError:  # OpenSSL must send first (a TLS 1.3 KeyUpdate's answer)
+            self._pause(self._read_again)
             return False
         except OSError as error:
             self._source_ended(error)
@@ -273,8 +275,8 @@ class Pump:
         except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
             self._watch_sink()
             return False
-        except ssl.SSLWantReadError:  # a renegotiation, which Kafka brokers refuse: no spinning
-            self.loop.call_later(RETRY_TLS, self._writable)
+        except ssl.SSLWantReadError:  # a renegotiation, which Kafka brokers refuse
+            self._pause(self._writable)
             return False
         except OSError as error:
             self.close()
@@ -320,7 +322,29 @@ class Pump:
             self.loop.add_reader(self.source, self._readable)
             self._reading = True
             if self.source_tls is not None and not self._short:
-                self.loop.call_soon(self._readable)  # OpenSSL may hold more: see _read_tls
+                self.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        """Read what OpenSSL may already hold (see _read_tls), which the socket will not
+        signal: only while the Pump still reads."""
+        if self._reading:
+            self._readable()
+
+    def _read_again(self) -> None:
+        """Watch the source again, and read at once what OpenSSL may hold."""
+        self._watch_source()
+        self._read_on()
+
+    def _pause(self, then: Callable[[], None]) -> None:
+        """TLS waits on the other direction: no watching either descriptor (each would wake
+        at once, and spin), and `then` a moment later, unless the Pump has closed meanwhile."""
+        if self._reading:
+            self.loop.remove_reader(self.source)
+            self._reading = False
+        if self._writing:
+            self.loop.remove_writer(self.sink)
+            self._writing = False
+        self.loop.call_later(RETRY_TLS, lambda: None if self._closed else then())
 
     def _watch_sink(self) -> None:
         if self._reading:
