@@ -15,10 +15,13 @@ A broker is not the user: its names are checked here, in one place, before any o
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from publicsuffixlist import PublicSuffixList
 
 MAX_NAME = 253  # RFC 1035 2.3.4, without the trailing dot
 LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z", re.IGNORECASE)
@@ -74,7 +77,8 @@ def _shown(text: str, limit: int = 60) -> str:
     return repr(cut)
 
 
-def _normalize(name: str) -> str:
+def normalize(name: str) -> str:
+    """Lower case, no trailing dot: DNS names compare case-insensitively."""
     return name.rstrip(".").lower()
 
 
@@ -82,34 +86,86 @@ def _within(name: str, zone: str) -> bool:
     return name == zone or name.endswith("." + zone)
 
 
-def kubernetes_domain(host: str) -> str | None:
-    """The cluster domain of a `pod.service.namespace.svc[.domain]` name ('' when it stops
-    at svc), or None when `host` is not such a name."""
-    labels = _normalize(host).split(".")
-    if "svc" not in labels[3:]:
-        return None
-    return ".".join(labels[labels.index("svc", 3) + 1 :])
+@functools.cache
+def _public_suffixes() -> PublicSuffixList:
+    return PublicSuffixList()  # the list the package ships: ICANN and private sections
+
+
+def public_suffix(name: str) -> str | None:
+    """The public suffix `name` lies under (`com` for `kafka-3.github.com`, `co.uk`, `shop`),
+    or None when no rule of the Public Suffix List holds it (`cluster.local`, `svc`,
+    `kafka-headless`): such a name cannot be anybody's name on the internet."""
+    return _public_suffixes().publicsuffix(normalize(name), accept_unknown=False)
+
+
+def is_public_suffix(name: str) -> bool:
+    """`com`, `co.uk`, `github.io`: a suffix under which the public register names."""
+    return public_suffix(name) == normalize(name)
+
+
+@dataclass(frozen=True)
+class KubernetesName:
+    """A name Kubernetes DNS gives: a service's `service.namespace.svc[.domain]`, or a pod's
+    behind a headless service, `pod.service.namespace.svc[.domain]`. `domain` is '' when
+    the name stops at `svc`, as Strimzi advertises."""
+
+    pod: str | None
+    service: str
+    namespace: str
+    domain: str
+
+
+def kubernetes_name(host: str) -> KubernetesName | None:
+    """The parts of a Kubernetes name, or None when `host` is not one: `svc` must follow
+    exactly two labels (a service) or three (a pod); `a.b.c.d.svc` is some other name."""
+    labels = normalize(host).split(".")
+    at = labels.index("svc") if "svc" in labels else -1
+    if at == 2:
+        return KubernetesName(None, labels[0], labels[1], ".".join(labels[3:]))
+    if at == 3:
+        return KubernetesName(labels[0], labels[1], labels[2], ".".join(labels[4:]))
+    return None
 
 
 def derived_zone(host: str) -> str | None:
     """The zone a name the user gave stands for: a Kubernetes name's cluster domain, or the
-    name's parent domain when that has two labels or more (a lone `com` or `kafka` would
-    cover too much: name it with --dns-zone). None for IP literals and single labels."""
+    name's parent domain when that has two labels or more and is no public suffix (a lone
+    `com` or `kafka`, or `co.uk`, would cover too much: name it with --dns-zone). None for
+    IP literals and single labels."""
     if is_ip_literal(host):
         return None
-    domain = kubernetes_domain(host)
-    if domain is not None:
-        return domain or None
-    parent = _normalize(host).partition(".")[2]
-    return parent if "." in parent else None
+    name = kubernetes_name(host)
+    if name is not None:
+        return name.domain or None
+    parent = normalize(host).partition(".")[2]
+    return parent if "." in parent and not is_public_suffix(parent) else None
+
+
+@dataclass(frozen=True)
+class ResolvableName:
+    """One advertised name and every form of it that may resolve, with the domains under
+    which the shim answers for them (unknown names there are NXDOMAIN)."""
+
+    advertised: str
+    forms: frozenset[str]
+    suffixes: frozenset[str]
 
 
 @dataclass(frozen=True)
 class ClusterZones:
     """The zones whose names may reach the machine's resolution (hosts block, resolver
-    files, resolved's routing domains, the shim's answers)."""
+    files, resolved's routing domains, the shim's answers), and the one place that says
+    which forms of a name do.
+
+    A name inside the zones resolves. The short forms a pod's search path gives
+    (`pod.service`, `pod.service.namespace`; `service`, `service.namespace`) resolve only
+    for the namespaces the user named (--namespace, or in a name they gave), and never
+    when a public suffix holds them: `kafka-3.github.com.svc` must not make `github.com` or
+    `kafka-3.github.com` resolve here. No zone and no routing domain is a public suffix."""
 
     zones: frozenset[str]
+    namespaces: frozenset[str] = frozenset()
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
     @classmethod
     def of(
@@ -117,43 +173,104 @@ class ClusterZones:
         names: Iterable[str],
         extra: Iterable[str] = (),
         cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+        namespaces: Iterable[str] = (),
     ) -> ClusterZones:
-        """From the names the user gave (bootstrap, --broker), the cluster domain and the
-        zones the user added. Every one is checked like a broker name."""
-        zones = {_normalize(check_host(cluster_domain)), *KUBERNETES_ZONES}
+        """From the names the user gave (bootstrap, --broker), the cluster domain, the zones
+        and namespaces the user added. Every one is checked like a broker name."""
+        domain = normalize(check_host(cluster_domain))
+        if is_public_suffix(domain):
+            raise UntrustedName(f"{domain!r} is a public suffix, not a cluster domain")
+        zones = {domain, *KUBERNETES_ZONES}
+        spaces = {normalize(check_host(n)) for n in namespaces}
         for name in names:
             zone = derived_zone(name)
             if zone is not None:
                 zones.add(zone)
+            parsed = None if is_ip_literal(name) else kubernetes_name(name)
+            if parsed is not None:
+                spaces.add(parsed.namespace)
         for zone in extra:
             if is_ip_literal(zone):
                 raise UntrustedName(f"{zone!r} is an address, not a DNS zone")
-            zones.add(_normalize(check_host(zone)))
-        return cls(frozenset(z for z in zones if not any(_within(z, n) for n in NEVER_RESOLVED)))
+            if is_public_suffix(zone):
+                raise UntrustedName(f"{zone!r} is a public suffix: name a zone of your own")
+            zones.add(normalize(check_host(zone)))
+        kept = frozenset(z for z in zones if not any(_within(z, n) for n in NEVER_RESOLVED))
+        return cls(kept, frozenset(spaces), domain)
 
     def covers(self, host: str) -> bool:
         """Whether `host` (a checked name) may be resolved by the machine through us."""
         if is_ip_literal(host):
             return False
-        name = _normalize(host)
+        name = normalize(host)
         if any(_within(name, never) for never in NEVER_RESOLVED):
             return False
         return any(_within(name, zone) for zone in self.zones)
 
+    def allows(self, name: str) -> bool:
+        """Whether a form or a domain may reach the resolver: inside the zones, or held by
+        no public suffix (and never `localhost`)."""
+        if any(_within(name, never) for never in NEVER_RESOLVED):
+            return False
+        return self.covers(name) or public_suffix(name) is None
+
+    def names_of(self, advertised: str) -> ResolvableName:
+        """The forms of a broker's (or a service's) advertised name that may resolve, and
+        the domains the shim then answers for; the caller checked that the name is
+        covered."""
+        host = normalize(advertised)
+        parsed = kubernetes_name(host)
+        if parsed is None:
+            parent = host.partition(".")[2]
+            return self._kept(host, {host}, {parent or host})
+        pod, service, namespace = parsed.pod, parsed.service, parsed.namespace
+        domain = parsed.domain or self.cluster_domain
+        svc = f"{service}.{namespace}.svc"
+        own = f"{pod}." if pod else ""
+        forms = {host, f"{own}{svc}", f"{own}{svc}.{domain}"}
+        suffixes = {f"{namespace}.svc", "svc", f"svc.{domain}", domain}
+        if pod:
+            suffixes.add(svc)
+        if namespace in self.namespaces:
+            in_namespace = f"{service}.{namespace}"
+            short = (  # each form, and the domain it is found under
+                {f"{own}{in_namespace}": in_namespace, f"{own}{service}": service}
+                if pod
+                else {in_namespace: namespace, service: service}
+            )
+            for form, suffix in short.items():
+                if self.allows(form):  # then its last labels, `suffix`, are allowed too
+                    forms.add(form)
+                    suffixes.add(suffix)
+        return self._kept(host, forms, suffixes)
+
+    def _kept(self, host: str, forms: set[str], suffixes: set[str]) -> ResolvableName:
+        return ResolvableName(
+            host,
+            frozenset(f for f in forms if self.allows(f)),
+            frozenset(s for s in suffixes if self.allows(s) and not is_public_suffix(s)),
+        )
+
+    def service_names(self, service: str, namespace: str) -> ResolvableName:
+        """A Kubernetes service's names, as pods reach it through their search path: `NAME`,
+        `NAME.NS` (for the user's namespaces), `NAME.NS.svc` and the full name."""
+        full = f"{normalize(service)}.{normalize(namespace)}.svc.{self.cluster_domain}"
+        return self.names_of(full)
+
     def refusal(self, names: Iterable[str], domains: Iterable[str]) -> str | None:
         """Why this set of names and routing domains may not be handed to the machine's
-        resolver (None: it may). A name must be inside the zones, or a short form the
-        cluster's search path gives an inside name (`kafka-0.kafka-headless` for
-        `kafka-0.kafka-headless.shop.svc.cluster.local`); a domain must be inside the zones
-        or hold such a short form."""
-        names = [_normalize(check_host(n)) for n in names]
-        inside = [n for n in names if self.covers(n)]
-        short = [n for n in names if n not in inside and any(f.startswith(n + ".") for f in inside)]
+        resolver (None: it may). Every name must be a form `names_of` gives a name inside
+        the zones, every domain one of their domains or inside the zones: what the tunnel
+        itself hands over, and nothing a broker could add."""
+        names = [normalize(check_host(n)) for n in names]
+        granted = [self.names_of(n) for n in names if self.covers(n)]
+        forms = {f for g in granted for f in g.forms}
+        suffixes = {s for g in granted for s in g.suffixes}
         for name in names:
-            if name not in inside and name not in short:
+            if name not in forms:
                 return f"{name!r} is outside the cluster's zones ({self})"
-        for domain in (_normalize(check_host(d)) for d in domains):
-            if not self.covers(domain) and not any(_within(s, domain) for s in short):
+        for domain in (normalize(check_host(d)) for d in domains):
+            if is_public_suffix(domain) or not (domain in suffixes or self.covers(domain)):
                 return f"domain {domain!r} is outside the cluster's zones ({self})"
         return None
 

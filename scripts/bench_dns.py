@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dnslib import DNSRecord
 
-from kafkatunnel.dns import DnsServer, Zone, broker_name
+from kafkatunnel.dns import DnsServer, Zone
+from kafkatunnel.hostnames import ClusterZones
 
 
 def serve(port: int, ready: multiprocessing.synchronize.Event) -> None:
@@ -29,7 +30,10 @@ def serve(port: int, ready: multiprocessing.synchronize.Event) -> None:
         zone = Zone()
         for i in range(6):
             zone.add(
-                broker_name(f"kafka-{i}.kafka-headless.prod.svc.cluster.local"), f"127.0.0.{2 + i}"
+                ClusterZones.of(
+                    [name := f"kafka-{i}.kafka-headless.prod.svc.cluster.local"]
+                ).names_of(name),
+                f"127.0.0.{2 + i}",
             )
         server = DnsServer(zone, "127.0.0.1", port)
         await server.start()

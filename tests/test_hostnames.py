@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafkatunnel.hostnames import ClusterZones, UntrustedName, check_address, check_host
+from kafkatunnel.hostnames import (
+    ClusterZones,
+    UntrustedName,
+    check_address,
+    check_host,
+    kubernetes_name,
+    public_suffix,
+)
+from tests.tunnel.hostile import PUBLIC, PUBLIC_LOOKALIKES
 
 GOOD = [
     "kafka-0.kafka-headless.shop.svc.cluster.local",
@@ -100,10 +108,83 @@ def test_a_lone_label_or_tld_is_no_zone_unless_named() -> None:
 
 
 def test_short_forms_and_routing_domains_follow_the_names_inside() -> None:
-    full = "kafka-0.kafka-headless.shop.svc.cluster.local"
-    names = [full, "kafka-0.kafka-headless", "kafka-0.kafka-headless.shop"]
-    assert ZONES.refusal(names, ["cluster.local", "svc", "kafka-headless"]) is None
-    assert "login.example.com" in str(ZONES.refusal([*names, "login.example.com"], []))
-    assert "github.com" in str(ZONES.refusal(names, ["github.com"]))
+    full = "kafka-0.kafka-headless.staging.svc.cluster.local"
+    zones = ClusterZones.of([full], ["corp.example"])
+    names = [full, "kafka-0.kafka-headless", "kafka-0.kafka-headless.staging"]
+    assert set(zones.names_of(full).forms) == {*names, "kafka-0.kafka-headless.staging.svc"}
+    assert zones.refusal(names, ["cluster.local", "svc", "kafka-headless"]) is None
+    assert "login.example.com" in str(zones.refusal([*names, "login.example.com"], []))
+    assert "github.com" in str(zones.refusal(names, ["github.com"]))
     # a short form with no full name inside the zones behind it is no short form
-    assert ZONES.refusal(["kafka-0.evil"], ["evil"]) is not None
+    assert zones.refusal(["kafka-0.evil"], ["evil"]) is not None
+
+
+@pytest.mark.parametrize("namespaces", [["shop"], ["x", "com", "shop"], []])
+def test_no_public_name_or_domain_comes_from_a_brokers_name(namespaces: list[str]) -> None:
+    """Even when the user names the namespaces the hostile names use, no form and no
+    routing domain is held by a public suffix, and the root helper refuses them too."""
+    zones = ClusterZones.of(
+        ["kafka-0.kafka-headless.shop.svc.cluster.local"], [], namespaces=namespaces
+    )
+    for advertised in PUBLIC_LOOKALIKES:
+        assert zones.covers(advertised)
+        names = zones.names_of(advertised)
+        assert advertised in names.forms  # the name itself still resolves
+        assert not (names.forms | names.suffixes) & PUBLIC, advertised
+        for name in names.forms | names.suffixes:
+            assert zones.covers(name) or public_suffix(name) is None, name
+        for public in PUBLIC:
+            assert zones.refusal([advertised, public], []) is not None
+            assert zones.refusal([advertised], [public]) is not None
+
+
+def test_short_forms_only_for_the_users_namespaces() -> None:
+    """`kafka-0.wiki.corp.svc` in a namespace the user never named must not make the
+    intranet name `wiki.corp` resolve here."""
+    zones = ClusterZones.of(["kafka-0.kafka.staging.svc.cluster.local"])
+    assert zones.namespaces == {"staging"}
+    foreign = zones.names_of("kafka-0.wiki.corp.svc")
+    assert foreign.forms == {"kafka-0.wiki.corp.svc", "kafka-0.wiki.corp.svc.cluster.local"}
+    assert "wiki" not in foreign.suffixes and "wiki.corp" not in foreign.suffixes
+    assert zones.refusal(["kafka-0.wiki.corp.svc", "kafka-0.wiki.corp"], []) is not None
+    own = zones.names_of("kafka-1.kafka.staging.svc")
+    assert {"kafka-1.kafka", "kafka-1.kafka.staging"} <= own.forms
+    named = ClusterZones.of([], namespaces=["corp"]).names_of("kafka-0.kafka.corp.svc")
+    assert {"kafka-0.kafka", "kafka-0.kafka.corp"} <= named.forms
+    # `.wiki` is a TLD: `kafka-0.wiki` is a public name, even in the user's namespace
+    assert (
+        "kafka-0.wiki"
+        not in ClusterZones.of([], namespaces=["corp"]).names_of("kafka-0.wiki.corp.svc").forms
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("kafka-0.kafka-headless.shop.svc.cluster.local",
+         ("kafka-0", "kafka-headless", "shop", "cluster.local")),
+        ("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc",
+         ("my-cluster-kafka-0", "my-cluster-kafka-brokers", "kafka", "")),
+        ("schema-registry.shop.svc.cluster.local",
+         (None, "schema-registry", "shop", "cluster.local")),
+        ("www.google.com.shop.svc.cluster.local", None),  # four labels before svc: no such name
+        ("kafka.svc", None),
+        ("broker.example.com", None),
+    ],
+)  # fmt: skip
+def test_one_parser_of_kubernetes_names(name: str, parts: tuple[str | None, ...] | None) -> None:
+    parsed = kubernetes_name(name)
+    if parts is None:
+        assert parsed is None
+    else:
+        assert parsed is not None
+        assert (parsed.pod, parsed.service, parsed.namespace, parsed.domain) == parts
+
+
+@pytest.mark.parametrize("zone", ["com", "co.uk", "github.io", "shop", "xn--p1ai"])
+def test_a_public_suffix_is_never_a_zone(zone: str) -> None:
+    with pytest.raises(UntrustedName, match="public suffix"):
+        ClusterZones.of([], [zone])
+    with pytest.raises(UntrustedName, match="public suffix"):
+        ClusterZones.of([], cluster_domain=zone)
+    assert zone not in ClusterZones.of([f"kafka.{zone}", f"b1.kafka.{zone}"]).zones

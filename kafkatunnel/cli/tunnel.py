@@ -46,6 +46,7 @@ from kafkatunnel.files import private_dir
 from kafkatunnel.hostnames import ClusterZones, check_address, check_host
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.services import check_namespace
 from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
@@ -271,7 +272,13 @@ def up(
         return
     if bootstrap is not None:
         check_bootstrap(bootstrap)
-    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address, list(dns_zone))
+    if namespace is not None:
+        try:
+            check_namespace(namespace)
+        except ValueError as cause:
+            raise typer.BadParameter(str(cause), param_hint="--namespace") from None
+    dns_options = DnsOptions(dns, dns_listen, dns_setup, dns_first_address, list(dns_zone),
+                             [namespace] if namespace else [])  # fmt: skip
     given = []  # the names the user gave: their zones are the helper's to resolve
     for address in [*([bootstrap] if bootstrap else []), *broker]:
         with contextlib.suppress(ValueError):  # a bad --broker is reported below
@@ -346,6 +353,7 @@ class Privileges:
 
     dns_sockets: tuple[socket.socket, socket.socket] | None = None
     resolver: ResolverChannel | None = None  # None: the resolver is set up in-process
+    zones: ClusterZones | None = None  # what the root helper lets reach the resolver
 
 
 def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
@@ -363,10 +371,11 @@ def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
             raise typer.Exit(2) from None
     if dns.enabled and dns.setup != "none":
         try:
-            zones = ClusterZones.of(given, dns.zones)
+            zones = ClusterZones.of(given, dns.zones, namespaces=dns.namespaces)
         except ValueError as cause:
             raise typer.BadParameter(str(cause), param_hint="--dns-zone") from None
-        return Privileges(sockets, split_privileges(user, zones, list(sockets or ())))
+        channel = split_privileges(user, zones, list(sockets or ()))
+        return Privileges(sockets, channel, zones)
     drop_to(user)
     return Privileges(sockets)
 
@@ -448,6 +457,7 @@ class DnsOptions:
     setup: str = "auto"  # a resolver method, or "none"
     first_address: str = "127.0.0.2"
     zones: list[str] = field(default_factory=list)  # --dns-zone
+    namespaces: list[str] = field(default_factory=list)  # --namespace: its short names resolve
 
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
@@ -632,6 +642,8 @@ def run_up(
             max_brokers=max_brokers,
             max_connections=max_connections,
             dns_zones=dns.zones,
+            namespaces=dns.namespaces,
+            resolver_zones=privileges.zones if privileges else None,
             metrics_listen=parse_listen(metrics_listen, "--metrics-listen")
             if metrics_listen
             else None,

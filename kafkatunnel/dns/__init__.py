@@ -1,7 +1,7 @@
 """The DNS shim: each broker's in-cluster names resolve to its own loopback address."""
 
 from kafkatunnel.dns.answer import answer
-from kafkatunnel.dns.names import BrokerName, Zone, broker_name
+from kafkatunnel.dns.names import Zone
 from kafkatunnel.dns.server import DnsServer
 
-__all__ = ["BrokerName", "DnsServer", "Zone", "answer", "broker_name"]
+__all__ = ["DnsServer", "Zone", "answer"]

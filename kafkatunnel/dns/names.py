@@ -1,71 +1,12 @@
-"""The names a Kubernetes broker answers to, and where the cluster's zone begins and ends.
-
-A pod behind a headless service is `pod.service.namespace.svc.<cluster domain>`; inside the
-cluster the search path also resolves `pod.service`, `pod.service.namespace` and
-`pod.service.namespace.svc`. Strimzi advertises `...svc` without the cluster domain.
-"""
+"""The shim's names: which broker (or service) name resolves to which loopback address,
+and where the zones it answers for begin and end. Which forms of a name may be here at all
+is decided by kafkatunnel.hostnames.ClusterZones.names_of."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
-DEFAULT_CLUSTER_DOMAIN = "cluster.local"
-
-
-def normalize(name: str) -> str:
-    """Lower case, no trailing dot: DNS names compare case-insensitively."""
-    return name.rstrip(".").lower()
-
-
-@dataclass(frozen=True)
-class BrokerName:
-    """One broker's advertised name and every form of it that should resolve."""
-
-    advertised: str
-    forms: frozenset[str]
-    suffixes: frozenset[str]  # the service-level names under which unknown names are NXDOMAIN
-
-
-def broker_name(advertised: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> BrokerName:
-    host = normalize(advertised)
-    labels = host.split(".")
-    if "svc" in labels[2:]:
-        svc = labels.index("svc", 2)
-        pod, service, namespace = labels[0], labels[1], labels[2]
-        domain = ".".join(labels[svc + 1 :]) or cluster_domain
-        full = f"{pod}.{service}.{namespace}.svc.{domain}"
-        forms = {
-            f"{pod}.{service}",
-            f"{pod}.{service}.{namespace}",
-            f"{pod}.{service}.{namespace}.svc",
-            full,
-            host,
-        }
-        suffixes = {
-            f"{service}",
-            f"{service}.{namespace}",
-            f"{service}.{namespace}.svc",
-            f"{namespace}.svc",
-            "svc",
-            f"svc.{domain}",
-            domain,
-        }
-        return BrokerName(host, frozenset(forms), frozenset(suffixes))
-    parent = ".".join(labels[1:]) or host
-    return BrokerName(host, frozenset({host}), frozenset({parent}))
-
-
-def service_name(
-    service: str, namespace: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
-) -> BrokerName:
-    """A Kubernetes service's names, as pods reach it through their search path: `NAME`,
-    `NAME.NS`, `NAME.NS.svc` and `NAME.NS.svc.<cluster domain>`."""
-    name, ns, domain = normalize(service), normalize(namespace), normalize(cluster_domain)
-    full = f"{name}.{ns}.svc.{domain}"
-    forms = {name, f"{name}.{ns}", f"{name}.{ns}.svc", full}
-    suffixes = {f"{ns}.svc", "svc", f"svc.{domain}", domain}
-    return BrokerName(full, frozenset(forms), frozenset(suffixes))
+from kafkatunnel.hostnames import ResolvableName, normalize
 
 
 class Zone:
@@ -81,7 +22,7 @@ class Zone:
         self._suffixes: set[str] = set()
         self.serial = 0  # grows with every change, for the zones' SOA
 
-    def add(self, name: BrokerName, address: str) -> None:
+    def add(self, name: ResolvableName, address: str) -> None:
         for form in name.forms:
             self._addresses[form] = address
         self._suffixes |= name.suffixes
@@ -104,7 +45,7 @@ class Zone:
 
     @functools.cached_property
     def apexes(self) -> frozenset[str]:
-        known = self._suffixes | {".".join(n.split(".")[1:]) or n for n in self._addresses}
+        known = self._suffixes
         return frozenset(s for s in known if not any(s.endswith("." + o) for o in known))
 
     @functools.cached_property

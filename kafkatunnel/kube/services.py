@@ -117,11 +117,6 @@ class Service:
         have = ", ".join(str(p.port) for p in self.ports)
         raise ServiceError(f"service {self.name} has no port {wanted} (it has {have})")
 
-    def names(self, cluster_domain: str) -> list[str]:
-        """The names pods in the cluster reach it by, short to full."""
-        ns = f"{self.name}.{self.namespace}"
-        return [self.name, ns, f"{ns}.svc", f"{ns}.svc.{cluster_domain}"]
-
 
 def parse_service(item: dict[str, Any]) -> Service:
     """A Service object as `kubectl get svc -o json` gives it; ServiceError for one whose

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.dns.names import DEFAULT_CLUSTER_DOMAIN, Zone, service_name
+from kafkatunnel.dns.names import Zone
+from kafkatunnel.hostnames import ClusterZones
 from kafkatunnel.tunnel.forwarders import Forwarder
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.registry import Endpoint
@@ -95,12 +96,12 @@ class Companions:
         accept: Callable[[Endpoint, socket.socket], None],
         zone: Zone | None = None,
         first_address: str | None = None,
-        cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+        zones: ClusterZones | None = None,
         also_on: tuple[str, ...] = (),
     ) -> None:
         """Find the services and listen for each, on the listen address and on `also_on`'s
         (a Docker bridge's) on one port; with a zone, also on its own loopback address (from
-        `first_address` on) and original port, its names (in `cluster_domain`) added.
+        `first_address` on) and original port, its names (those `zones` allow) added.
         A local port asked for and taken is an error (PortInUse); any other is moved on."""
         await self.forwarder.prepare()
         self.notes.extend(self.forwarder.notes)
@@ -110,12 +111,12 @@ class Companions:
             endpoint = Endpoint(None, target.name, target.port, self.listen_host, port)
             endpoint.route = self.forwarder.describe(target.name, target.port)
             companion = Companion(target, endpoint)
-            if zone is not None and address is not None:
+            if zone is not None and address is not None and zones is not None:
                 named = self._bind_name(companion, str(address))
                 address += 1
                 if named is not None:
                     sockets.append(named)
-                    names = service_name(target.name, target.namespace, cluster_domain)
+                    names = zones.service_names(target.name, target.namespace)
                     zone.add(names, str(companion.dns_address))
                     companion.names = sorted(names.forms, key=len)
             for each in sockets:

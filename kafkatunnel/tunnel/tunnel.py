@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkatunnel.capture.recorder import DEFAULT_ROTATE_BYTES, Listener, Recorder, Recording
-from kafkatunnel.dns.names import Zone, broker_name
+from kafkatunnel.dns.names import Zone
 from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.hostnames import (
     DEFAULT_CLUSTER_DOMAIN,
@@ -97,6 +97,8 @@ class TunnelConfig:
     max_brokers: int = DEFAULT_MAX_BROKERS  # brokers learned past this are refused
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # client connections held at once
     dns_zones: list[str] = field(default_factory=list)  # resolved besides the derived zones
+    namespaces: list[str] = field(default_factory=list)  # the user's: their short names resolve
+    resolver_zones: ClusterZones | None = None  # what sudo's root helper allows, if it sets up
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
     client_tls: bool = False  # serve clients TLS, with a CA of the tunnel's own
@@ -134,9 +136,13 @@ class TunnelConfig:
 
     @property
     def zones(self) -> ClusterZones:
-        """Where names may resolve: the zones of the names the user gave, never a broker's."""
+        """Where names may resolve: the zones of the names the user gave, never a broker's.
+        Under sudo, exactly those the root helper checks against (it knew the user's names
+        before a bootstrap was found), so the tunnel never asks for what it refuses."""
+        if self.resolver_zones is not None:
+            return self.resolver_zones
         names = [split_address(a)[0] for a in (self.bootstrap, *self.brokers)]
-        return ClusterZones.of(names, self.dns_zones, self.cluster_domain)
+        return ClusterZones.of(names, self.dns_zones, self.cluster_domain, self.namespaces)
 
 
 class Tunnel:
@@ -212,7 +218,7 @@ class Tunnel:
                     self._accepted_by_companion,
                     self.zone if self.dns is not None else None,
                     self.companion_first_address,
-                    self.config.cluster_domain,
+                    self.zones,
                     tuple(a.listen for a in self.config.audiences),
                 )
             await self._start_brokers()
@@ -435,7 +441,7 @@ class Tunnel:
             endpoint.note = f"not resolved: {error}"
             log.error("broker %s: %s", endpoint.node_id, endpoint.note)
             return None
-        self.zone.add(broker_name(host), endpoint.dns_address)
+        self.zone.add(self.zones.names_of(host), endpoint.dns_address)
         if self.transparent:
             endpoint.listen_host, endpoint.listen_port = sock.getsockname()[:2]
         return sock

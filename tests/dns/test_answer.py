@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from dnslib import EDNS0, QTYPE, RCODE, RR, A, DNSQuestion, DNSRecord
 
-from kafkatunnel.dns import Zone, answer, broker_name
+from kafkatunnel.dns import Zone, answer
 from kafkatunnel.dns.answer import _fit, _udp_limit
+from tests.dns import names_of
 
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 
@@ -17,7 +18,7 @@ FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 def zone() -> Zone:
     z = Zone()
     for i in range(3):
-        z.add(broker_name(FULL.format(i)), f"127.0.0.{2 + i}")
+        z.add(names_of(FULL.format(i)), f"127.0.0.{2 + i}")
     return z
 
 
@@ -98,7 +99,7 @@ def test_garbage(zone: Zone) -> None:
 
 def test_strimzi_names() -> None:
     zone = Zone()
-    zone.add(broker_name("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc"), "127.0.0.2")
+    zone.add(names_of("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc"), "127.0.0.2")
     for name in ("my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc",
                  "my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc.cluster.local",
                  "my-cluster-kafka-0.my-cluster-kafka-brokers"):  # fmt: skip

@@ -19,10 +19,11 @@ from dnslib import CLASS, EDNS0, OPCODE, QTYPE, RCODE, DNSHeader, DNSQuestion, D
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkatunnel.dns import Zone, broker_name
+from kafkatunnel.dns import Zone
 from kafkatunnel.dns.answer import EDNS_UDP_SIZE, NEGATIVE_TTL, answer, respond
 from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.ratelimit import RateLimitedLog
+from tests.dns import names_of
 
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 EMPTY_NON_TERMINALS = [
@@ -36,7 +37,7 @@ EMPTY_NON_TERMINALS = [
 def zone() -> Zone:
     z = Zone()
     for i in range(3):
-        z.add(broker_name(FULL.format(i)), f"127.0.0.{2 + i}")
+        z.add(names_of(FULL.format(i)), f"127.0.0.{2 + i}")
     return z
 
 

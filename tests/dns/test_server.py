@@ -10,16 +10,17 @@ from pathlib import Path
 
 from dnslib import RCODE, DNSRecord
 
-from kafkatunnel.dns import DnsServer, Zone, broker_name
+from kafkatunnel.dns import DnsServer, Zone
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.waiting import async_wait_for
+from tests.dns import names_of
 
 NAME = "kafka-0.kafka-headless.demo.svc.cluster.local"
 
 
 def _zone() -> Zone:
     zone = Zone()
-    zone.add(broker_name(NAME), "127.0.0.2")
+    zone.add(names_of(NAME), "127.0.0.2")
     return zone
 
 

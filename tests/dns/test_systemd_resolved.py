@@ -26,6 +26,7 @@ from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
+from tests.tunnel.hostile import PUBLIC, hostile_exec, public_lookalikes
 
 RESOLVED = Path(sys.executable).parent.parent / "opt" / "systemd-resolved"
 RESOLV_CONF = "nameserver 127.0.0.53\noptions edns0 trust-ad timeout:1 attempts:2\n"
@@ -103,11 +104,13 @@ def laptop(cluster: LocalCluster, tmp_path: Path) -> Iterator[Laptop]:
             process.stop()
 
 
-def _up(laptop: Laptop, cluster: LocalCluster, *args: str) -> ManagedProcess:
+def _up(
+    laptop: Laptop, cluster: LocalCluster, *args: str, template: str | None = None
+) -> ManagedProcess:
     assert cluster.tansu is not None
     return ManagedProcess(
         [*laptop.prefix(), sys.executable, "-m", "kafkatunnel", "up",
-         "--bootstrap", cluster.tansu.address, "--exec", cluster.exec_template(),
+         "--bootstrap", cluster.tansu.address, "--exec", template or cluster.exec_template(),
          "--mode", "transparent", "--dns", "--dns-listen", "127.0.0.1:5300", "--no-table",
          *args],
         name="laptop-tunnel", env=laptop.env,
@@ -151,6 +154,32 @@ def test_up_routes_the_cluster_through_a_link_of_its_own(
     assert "kafkatunnel0" not in laptop.links()
     assert "kafkatunnel0" not in laptop.run("resolvectl", "--no-pager", "status").stdout
     assert laptop.resolve(TANSU_HOST) is None
+
+
+def test_public_names_never_become_routing_domains(
+    cluster: LocalCluster, laptop: Laptop, tmp_path: Path
+) -> None:
+    """Brokers named like `github.com.x.svc` and `xn--80ak6aa92e.com.shop.svc` (added to the
+    real broker's Metadata by the lying filter): resolved is handed no public name as a
+    routing domain (`~com` would send every .com query to the shim), the shim answers for
+    no public name, and the cluster's own names still resolve."""
+    spec = {"brokers": public_lookalikes()}
+    template = hostile_exec(cluster.exec_template(), spec, tmp_path)
+    tunnel = _up(laptop, cluster, "--dns-setup", "systemd-resolved", template=template)
+    try:
+        tunnel.wait_for_line(r"^resolver: systemd-resolved: ", timeout=40)
+        link = laptop.run("resolvectl", "--no-pager", "domain", "kafkatunnel0").stdout
+        routed = {word.lstrip("~") for word in link.split(":", 1)[1].split()}
+        assert {"cluster.local", "svc", "kafka-headless"} <= routed, (link, tunnel.output())
+        assert not routed & PUBLIC, link
+        assert laptop.resolve(TANSU_HOST) == "127.0.0.2", tunnel.output()
+        assert laptop.resolve("kafka-0.kafka-headless") == "127.0.0.2"
+        for name in sorted(PUBLIC):
+            asked = laptop.run("dig", "@127.0.0.1", "-p", "5300", name, "A", "+noall",
+                               "+answer", "+time=2", "+tries=1")  # fmt: skip
+            assert asked.stdout.strip() == "", (name, asked.stdout)
+    finally:
+        tunnel.stop()
 
 
 def test_teardown_after_a_crash_removes_the_link(cluster: LocalCluster, laptop: Laptop) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.dns.names import Zone, service_name
+from kafkatunnel.dns.names import Zone
 from kafkatunnel.hostnames import ClusterZones
 from kafkatunnel.kube import companions
 from kafkatunnel.kube.pods import Pod
@@ -89,9 +89,6 @@ def test_a_service_keeps_its_tcp_ports_and_named_targets() -> None:
     assert service.port(None).port == 8081 and service.port(9000).target == 9001
     with pytest.raises(ServiceError, match=r"has no port 1 \(it has 8081, 9000\)"):
         service.port(1)
-    assert service.names("cluster.local") == [
-        "registry", "registry.shop", "registry.shop.svc", "registry.shop.svc.cluster.local"
-    ]  # fmt: skip
 
 
 def pod(name: str, ready: bool = True, phase: str = "Running") -> Pod:
@@ -163,18 +160,29 @@ def test_client_settings_name_the_url() -> None:
 
 
 def test_a_services_names_stay_inside_the_cluster_zones() -> None:
-    names = service_name("Schema-Registry", "shop")
+    zones = ClusterZones.of([], namespaces=["staging"])
     zone = Zone()
-    zone.add(names, "127.0.1.2")
-    for form in ("schema-registry", "schema-registry.shop", "schema-registry.shop.svc",
-                 "SCHEMA-REGISTRY.shop.svc.cluster.local."):  # fmt: skip
+    zone.add(zones.service_names("Schema-Registry", "staging"), "127.0.1.2")
+    for form in ("schema-registry", "schema-registry.staging", "schema-registry.staging.svc",
+                 "SCHEMA-REGISTRY.staging.svc.cluster.local."):  # fmt: skip
         assert zone.lookup(form) == "127.0.1.2", form
-    assert zone.lookup("other.shop.svc.cluster.local") is None
-    assert zone.exists("shop.svc.cluster.local")
-    assert not zone.exists("other.shop.svc.cluster.local")
+    assert zone.lookup("other.staging.svc.cluster.local") is None
+    assert zone.exists("staging.svc.cluster.local")
+    assert not zone.exists("other.staging.svc.cluster.local")
     # what the resolver is handed is inside the zones, or a short form of a name inside
-    assert ClusterZones.of([]).refusal(zone.names, zone.domains) is None
-    assert ClusterZones.of([]).refusal(zone.names, zone.apexes) is None
+    assert zones.refusal(zone.names, zone.domains) is None
+    assert zones.refusal(zone.names, zone.apexes) is None
+    # a namespace that is a public suffix (`.shop`) gives no `NAME.NS` form, nor `shop` as
+    # a domain; a service named like a TLD gives no `NAME`
+    zones = ClusterZones.of([], namespaces=["shop"])
+    zone = Zone()
+    zone.add(zones.service_names("schema-registry", "shop"), "127.0.1.2")
+    zone.add(zones.service_names("com", "shop"), "127.0.1.3")
+    assert set(zone.names) == {
+        "schema-registry", "schema-registry.shop.svc", "schema-registry.shop.svc.cluster.local",
+        "com.shop.svc", "com.shop.svc.cluster.local",
+    }  # fmt: skip
+    assert zone.apexes == {"schema-registry", "svc", "cluster.local"}
 
 
 @pytest.mark.parametrize("pending", [True, False])

@@ -20,9 +20,12 @@ import contextlib
 import dataclasses
 import io
 import json
+import shlex
 import subprocess
 import sys
 import threading
+import uuid
+from pathlib import Path
 from typing import IO, Any
 
 from kio.index import load_response_schema
@@ -96,6 +99,34 @@ def hostile_names(marker: str) -> list[list[object]]:
         [103, "kafka-3/../../../../tmp/resolver-escape", 9092],  # out of /etc/resolver
         [104, "login.example.com", 9092],  # a good name, outside the cluster's zones
     ]
+
+
+# Names a broker could advertise to make public names resolve on the user's machine: each is
+# inside the blanket `svc` zone or the cluster domain, and a naive parser of Kubernetes
+# names derives `github.com`, `kafka-3.github.com`, `www.google.com`, `xn--80ak6aa92e.com`
+# (and the routing domain `com`) from them.
+PUBLIC_LOOKALIKES = [
+    "github.com.x.svc",
+    "kafka-3.github.com.svc.cluster.local",
+    "www.google.com.shop.svc.cluster.local",
+    "xn--80ak6aa92e.com.shop.svc",
+    "kafka-0.com.shop.svc",  # a headless service named like a TLD
+]
+# What must never resolve through the tunnel, whatever the namespaces
+PUBLIC = {"github.com", "kafka-3.github.com", "www.google.com", "xn--80ak6aa92e.com", "com",
+          "shop", "kafka-0.com", "kafka-0.com.shop", "google.com.shop", "com.shop"}  # fmt: skip
+
+
+def public_lookalikes() -> list[list[object]]:
+    """Brokers a lying cluster adds that derive public names (ids 201 on; tansu is 111)."""
+    return [[201 + i, name, 9092] for i, name in enumerate(PUBLIC_LOOKALIKES)]
+
+
+def hostile_exec(exec_template: str, spec: dict[str, Any], tmp: Path) -> str:
+    """An --exec template whose stream passes through the lying filter."""
+    spec_file = tmp / f"hostile-{uuid.uuid4().hex[:6]}.json"
+    spec_file.write_text(json.dumps(spec))
+    return f"{shlex.join(filter_argv(str(spec_file)))} {exec_template}"
 
 
 def filter_argv(spec_file: str) -> list[str]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -27,16 +25,9 @@ from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
 from tests.kube.faults import every_group_works
-from tests.tunnel.hostile import filter_argv, hostile_names
+from tests.tunnel.hostile import PUBLIC, hostile_exec, hostile_names, public_lookalikes
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def hostile_exec(cluster: LocalCluster, spec: Mapping[str, object], tmp: Path) -> str:
-    """An --exec template whose stream passes through the lying filter."""
-    spec_file = tmp / f"hostile-{uuid.uuid4().hex[:6]}.json"
-    spec_file.write_text(json.dumps(spec))
-    return f"{shlex.join(filter_argv(str(spec_file)))} {cluster.exec_template()}"
 
 
 def up(
@@ -78,7 +69,7 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
     spec = {"brokers": hostile_names(str(marker))}
     port, dns_port = free_port_run(8), free_port()
     tunnel = up(
-        cluster.mock[0].address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        cluster.mock[0].address, hostile_exec(cluster.exec_template(), spec, tmp_path), tmp_path,
         "--listen", f"127.0.0.1:{port}", "--dns", "--dns-listen", f"127.0.0.1:{dns_port}",
         "--dns-setup", "none",
     )  # fmt: skip
@@ -123,24 +114,38 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
 
 def test_hostile_names_in_the_hosts_file_method(cluster: LocalCluster, tmp_path: Path) -> None:
     """`up --dns --dns-setup hosts` in a namespace whose /etc/hosts is bind-mounted (as in
-    containers: rename() onto it fails): only the cluster's names are written, and the
-    file is byte for byte what it was once the tunnel stops."""
+    containers: rename() onto it fails): only the cluster's names are written, none of the
+    public names that brokers named like `github.com.x.svc` would derive, the shim answers
+    none of those either, and the file is byte for byte what it was once the tunnel stops."""
     assert cluster.tansu is not None
-    spec = {"brokers": hostile_names(str(tmp_path / "p"))}
+    spec = {"brokers": hostile_names(str(tmp_path / "p")) + public_lookalikes()}
     with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
         hosts_file = Path("/etc/netns") / laptop.name / "hosts"
         before = hosts_file.read_bytes()
         tunnel = up(
-            cluster.tansu.address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+            cluster.tansu.address, hostile_exec(cluster.exec_template(), spec, tmp_path), tmp_path,
             "--dns", "--dns-listen", "127.0.0.1:53", "--dns-setup", "hosts",
             prefix=laptop.exec_prefix(),
         )  # fmt: skip
         try:
             tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
             during = hosts_file.read_text()
-            assert cluster.tansu.host in during
             for bad in ("example", "evil", "6.6.6.6", "resolver-escape", "ProxyCommand"):
                 assert bad not in during, during
+            block = during.split("# BEGIN kafkatunnel", 1)[1].split("# END kafkatunnel")[0]
+            written = {name for line in block.splitlines()[1:] for name in line.split()[1:]}
+            assert not written & PUBLIC, during
+            # the real cluster's names, short forms of the user's namespace included
+            assert {cluster.tansu.host, "kafka-0.kafka-headless"} <= written, during
+
+            def shim(name: str) -> str:
+                asked = [*laptop.exec_prefix(), "dig", "@127.0.0.1", name, "A", "+noall",
+                         "+answer", "+time=2", "+tries=1"]  # fmt: skip
+                return subprocess.run(asked, capture_output=True, text=True, timeout=30).stdout
+
+            assert "127.0.0." in shim(cluster.tansu.host)  # the shim answers...
+            for name in sorted(PUBLIC):
+                assert shim(name).strip() == "", name  # ...and never for a public name
             tunnel.stop()
         finally:
             tunnel.stop()
@@ -156,7 +161,7 @@ def test_five_thousand_brokers_leave_the_tunnel_bounded(
     spec = {"many": 5000, "client_id": "kafkatunnel"}
     port = free_port_run(8)
     tunnel = up(
-        cluster.mock[0].address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        cluster.mock[0].address, hostile_exec(cluster.exec_template(), spec, tmp_path), tmp_path,
         "--listen", f"127.0.0.1:{port}", "--max-brokers", "40",
     )  # fmt: skip
     try:
@@ -269,7 +274,7 @@ def test_hostile_names_in_transparent_mode(cluster: LocalCluster, tmp_path: Path
     spec = {"brokers": hostile_names(str(tmp_path / "p"))}
     dns_port = free_port()
     tunnel = up(
-        cluster.tansu.address, hostile_exec(cluster, spec, tmp_path), tmp_path,
+        cluster.tansu.address, hostile_exec(cluster.exec_template(), spec, tmp_path), tmp_path,
         "--mode", "transparent", "--dns", "--dns-listen", f"127.0.0.1:{dns_port}",
         "--dns-setup", "none", "--dns-first-address", "127.0.0.40",
     )  # fmt: skip
