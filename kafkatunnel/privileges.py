@@ -12,12 +12,14 @@ the cluster sends, runs as the user who typed sudo:
           again (host names, inside the cluster's zones), and undoes it when the child ends
 
 The two talk over a socketpair, one JSON line each way per request: the parent trusts the
-child no more than the cluster (it reads what brokers say), so it re-checks every name.
+child no more than the cluster (it reads what brokers say), so it checks every field of a
+request (`checked_setup`) and refuses, saying so, whatever the tunnel would never send.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import pwd
@@ -28,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.dns.resolver import Plan, ResolverError, setup, teardown
-from kafkatunnel.hostnames import ClusterZones, UntrustedName
+from kafkatunnel.dns.resolver import METHODS, Plan, ResolverError, setup, teardown
+from kafkatunnel.hostnames import ClusterZones, UntrustedName, check_port, is_ip_literal
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,13 @@ def split_privileges(
     configured = False
     try:
         with parent_end.makefile("rw", encoding="utf-8") as channel:
-            for line in channel:
+            while line := channel.readline(MAX_REQUEST):
                 answer, done = _serve(line, zones)
                 configured = (configured or done == "setup") and done != "teardown"
                 channel.write(json.dumps(answer) + "\n")
                 channel.flush()
+                if not line.endswith("\n"):  # cut at MAX_REQUEST: the rest is no request
+                    break
     except (OSError, ValueError):
         pass  # the child went away mid-line: undo what it asked for, below
     finally:
@@ -171,23 +175,81 @@ def _wait(pid: int) -> int:
         return os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def _serve(line: str, zones: ClusterZones) -> tuple[dict[str, Any], str | None]:
-    """One request from the child: (the answer, what was done)."""
+MAX_REQUEST = 1 << 20  # bytes of one request line: ample for the brokers we serve
+MAX_NAMES = 4096  # names in one set-up (the tunnel serves at most --max-brokers brokers)
+
+
+@dataclass(frozen=True)
+class SetupRequest:
+    """A set-up the child asked for, every field checked."""
+
+    method: str
+    names: dict[str, str]
+    domains: list[str]
+    server: tuple[str, int]
+
+
+def checked_setup(asked: object, zones: ClusterZones) -> SetupRequest:
+    """The child's set-up request if every field is what the tunnel itself would send, else
+    UntrustedName saying which is not: the method one of METHODS; each name a form of a
+    name inside the cluster's zones, resolving to a loopback address; each domain one the
+    zones allow; the server a loopback IP literal and a port."""
+    if not isinstance(asked, dict) or set(asked) != {"method", "names", "domains", "server"}:
+        raise UntrustedName("a set-up needs exactly method, names, domains and server")
+    method, names, domains, server = (asked[k] for k in ("method", "names", "domains", "server"))
+    if not isinstance(method, str) or method not in METHODS:
+        raise UntrustedName(f"method {str(method)[:40]!r} is not one of {', '.join(METHODS)}")
+    if not isinstance(names, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in names.items()
+    ):
+        raise UntrustedName("names must map host names to addresses")
+    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+        raise UntrustedName("domains must be a list of domain names")
+    if len(names) > MAX_NAMES or len(domains) > MAX_NAMES:
+        raise UntrustedName(f"more than {MAX_NAMES} names or domains")
+    for name, address in names.items():
+        _loopback(address, f"the address of {name[:80]!r}")
+    if not (isinstance(server, list) and len(server) == 2 and isinstance(server[0], str)
+            and type(server[1]) is int):  # fmt: skip
+        raise UntrustedName("server must be [address, port]")
+    host, port = _loopback(server[0], "the DNS server"), check_port(server[1])
+    why = zones.refusal(names, domains)
+    if why is not None:
+        raise UntrustedName(why)
+    return SetupRequest(method, dict(names), list(domains), (host, port))
+
+
+def _loopback(address: str, what: str) -> str:
+    """`address` if it is an IP literal on this machine's loopback (127/8, ::1)."""
     try:
-        request = json.loads(line)
-        if request.get("teardown"):
+        if is_ip_literal(address) and ipaddress.ip_address(address).is_loopback:
+            return address
+    except ValueError:
+        pass
+    raise UntrustedName(f"{what} must be a loopback address, not {address[:60]!r}")
+
+
+def _serve(line: str, zones: ClusterZones) -> tuple[dict[str, Any], str | None]:
+    """One request from the child: (the answer, what was done). A request the tunnel would
+    never send is refused, and said on root's standard error."""
+    try:
+        if len(line) >= MAX_REQUEST:
+            raise UntrustedName(f"a request of {MAX_REQUEST} characters or more: no more served")
+        try:
+            request = json.loads(line)
+        except ValueError:
+            raise UntrustedName("a request that is not JSON") from None
+        if request == {"teardown": True}:
             return {"steps": teardown()}, "teardown"
-        asked = request["setup"]
-        names = {str(k): str(v) for k, v in dict(asked["names"]).items()}
-        domains = [str(d) for d in asked["domains"]]
-        why = zones.refusal(names, domains)
-        if why is not None:
-            raise UntrustedName(why)
-        host, port = asked["server"]
-        plan = setup(method=str(asked["method"]), names=names, domains=domains,
-                     server=(str(host), int(port)))  # fmt: skip
+        if not isinstance(request, dict) or set(request) != {"setup"}:
+            raise UntrustedName("neither a set-up nor a teardown")
+        asked = checked_setup(request["setup"], zones)
+    except UntrustedName as error:
+        print(f"resolver helper: refused: {error}", file=sys.stderr, flush=True)
+        return {"error": f"the privileged helper refused the request: {error}"}, None
+    try:
+        plan = setup(method=asked.method, names=asked.names, domains=asked.domains,
+                     server=asked.server)  # fmt: skip
     except (ResolverError, UntrustedName, OSError, RuntimeError) as error:
         return {"error": str(error)}, None
-    except (ValueError, KeyError, TypeError) as error:
-        return {"error": f"a request the helper does not understand: {error}"}, None
     return {"method": plan.method, "steps": plan.steps, "notes": plan.notes}, "setup"

@@ -8,6 +8,7 @@ process, which is what sudo hands the command. The laptop is a network namespace
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import re
@@ -127,3 +128,79 @@ def _cmd(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+# The child's side of the channel, played by a script: as `nobody`, it sends the root
+# helper each line of its standard input and prints each answer.
+HOSTILE_CHILD = """
+import sys
+from kafkatunnel.hostnames import ClusterZones
+from kafkatunnel.privileges import User, split_privileges
+uid, gid, host = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+channel = split_privileges(User(uid, gid, "nobody", "/"), ClusterZones.of([host]))
+for line in sys.stdin:
+    channel.file.write(line)
+    channel.file.flush()
+    print(channel.file.readline().strip() or "CLOSED", flush=True)
+"""
+
+
+def _setup(**changes: object) -> str:
+    asked = {"method": "hosts", "names": {TANSU_HOST: "127.0.0.2"},
+             "domains": ["cluster.local"], "server": ["127.0.0.1", 53]}  # fmt: skip
+    asked.update(changes)
+    return json.dumps({"setup": asked})
+
+
+HOSTILE_REQUESTS = [
+    # a second line in /etc/resolver/<domain>, or a resolver on the internet
+    _setup(method="resolver-dir", server=["127.0.0.1\nnameserver 6.6.6.6", 53]),
+    _setup(method="resolver-dir", server=["8.8.8.8", 53]),
+    _setup(method="systemd-resolved", server=["127.0.0.1", "53; reboot"]),
+    _setup(server=["127.0.0.1", True]),
+    _setup(method="../../../tmp/x"),
+    _setup(method=["hosts"]),
+    _setup(names={TANSU_HOST: "6.6.6.6"}),  # the cluster's name to an address elsewhere
+    _setup(names={TANSU_HOST: "127.0.0.2", "github.com": "127.0.0.2"}),
+    _setup(names={"kafka-3.github.com.svc": "127.0.0.2", "kafka-3.github.com": "127.0.0.2"}),
+    _setup(domains=["com"]),
+    _setup(names=[TANSU_HOST]),
+    _setup(hosts_file="/etc/shadow"),
+    json.dumps({"setup": json.loads(_setup())["setup"], "teardown": True}),
+    "not json",
+]
+
+
+def test_the_root_helper_refuses_what_the_tunnel_never_sends(
+    readable_python: list[str], tmp_path: Path
+) -> None:
+    """The root helper takes nothing on the child's word: a hostile child's requests are
+    each refused and said on root's stderr, nothing is written, and a good request is
+    still served; a request past the size limit ends the channel."""
+    nobody = pwd.getpwnam("nobody")
+    resolver_file = Path("/etc/resolver/cluster.local")
+    assert not resolver_file.exists()
+    os.chmod(tmp_path, 0o700)  # root's journal
+    lines = [*HOSTILE_REQUESTS, _setup(), json.dumps({"teardown": True}), "x" * (1 << 20)]
+    with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
+        hosts_file = Path("/etc/netns") / laptop.name / "hosts"
+        before = hosts_file.read_bytes()
+        result = subprocess.run(
+            [*readable_python, *laptop.exec_prefix(), sys.executable, "-c", HOSTILE_CHILD,
+             str(nobody.pw_uid), str(nobody.pw_gid), TANSU_HOST],
+            input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+            cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        assert hosts_file.read_bytes() == before
+    answers = [json.loads(a) if a != "CLOSED" else a for a in result.stdout.splitlines()]
+    assert len(answers) == len(lines), (result.stdout, result.stderr[-3000:])
+    for request, answer in zip(HOSTILE_REQUESTS, answers, strict=False):
+        assert "the privileged helper refused" in answer["error"], (request, answer)
+    served, torn_down, too_long = answers[len(HOSTILE_REQUESTS) :]
+    assert served["method"] == "hosts" and "managed block of 1 names" in served["steps"][0]
+    assert torn_down["steps"] == [f"remove the managed block from {Path('/etc/hosts')}"]
+    assert "characters or more" in too_long["error"]
+    refused = [x for x in result.stderr.splitlines() if x.startswith("resolver helper: refused")]
+    assert len(refused) == len(HOSTILE_REQUESTS) + 1, result.stderr
+    assert not resolver_file.exists()
