@@ -25,7 +25,9 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,57 @@ def drop_to(user: User) -> None:
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     else:
         os.environ.pop("XDG_RUNTIME_DIR", None)
+
+
+def unreadable_installation(user: User) -> str | None:
+    """Why `user` could not run this kafkatunnel once root is dropped (None: they can).
+
+    The tunnel goes on in this very process as the user, and Python imports lazily: an
+    interpreter, standard library or package in a directory the user may not enter (a
+    pyenv Python under /root, mode 0700) fails later, at the first import past the drop.
+    Checked here, by the permission bits, for what the drop keeps using."""
+    groups = set(os.getgrouplist(user.name, user.gid)) if user.name else {user.gid}
+    wanted = [(Path(sys.executable), READ | EXECUTE, "the Python interpreter")]
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        wanted.append((Path(sysconfig.get_path(key)), READ | EXECUTE, "Python's libraries"))
+    wanted.append((Path(__file__).parent, READ | EXECUTE, "the kafkatunnel package"))
+    for path, need, what in wanted:
+        blocked = _blocked(path.resolve(), need, user.uid, groups)
+        if blocked is not None:
+            return f"{user.name} cannot read {what} at {path}: {blocked}"
+    return None
+
+
+READ, EXECUTE = 4, 1
+
+
+def _blocked(path: Path, need: int, uid: int, groups: set[int]) -> str | None:
+    """Where the path is closed to the user: an ancestor they may not enter, or the path
+    itself without the `need` bits for them (owner, group, then other bits, as the kernel
+    checks them); None when open."""
+    for step, bits in [*((p, EXECUTE) for p in reversed(path.parents)), (path, need)]:
+        try:
+            info = step.stat()
+        except OSError as cause:
+            return f"{step}: {cause.strerror}"
+        if uid == info.st_uid:
+            granted = info.st_mode >> 6 & 7
+        elif info.st_gid in groups:
+            granted = info.st_mode >> 3 & 7
+        else:
+            granted = info.st_mode & 7
+        if granted & bits != bits:
+            mode = stat.filemode(info.st_mode)
+            owner = _owner(info.st_uid)
+            return f"{step} is {mode}, owned by {owner}"
+    return None
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class ResolverChannel:

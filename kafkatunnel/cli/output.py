@@ -8,6 +8,7 @@ reaches, and help falls back to plain text. `COLUMNS` still wins when set.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -38,6 +39,15 @@ def error(message: str, fix: str | None = None) -> None:
     if fix:
         text += f"\n[bold]fix:[/] {escape(fix)}"
     make_console(stderr=True).print(text, highlight=False)
+
+
+def prepare_errors() -> None:
+    """Import now what printing an error (and encoding a name) would import on first use:
+    after a drop of privileges the files may be out of reach, and an error path that
+    fails to import ends in a traceback instead of its message."""
+    import encodings.idna  # noqa: F401  (socket's host names)
+
+    Console(file=io.StringIO(), width=UNBOUNDED).print("[red]error:[/] :x: text", highlight=False)
 
 
 def warning(message: str) -> None:

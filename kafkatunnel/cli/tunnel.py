@@ -37,7 +37,7 @@ from kafkatunnel.cli.options import (
     selector_option,
     target_option,
 )
-from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.cli.output import error, make_console, prepare_errors
 from kafkatunnel.dns.resolver import METHODS, ResolverError
 from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
@@ -47,7 +47,13 @@ from kafkatunnel.hostnames import ClusterZones, check_address, check_host
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.services import check_namespace
-from kafkatunnel.privileges import ResolverChannel, drop_to, invoking_user, split_privileges
+from kafkatunnel.privileges import (
+    ResolverChannel,
+    drop_to,
+    invoking_user,
+    split_privileges,
+    unreadable_installation,
+)
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import (
     DirectForwarder,
@@ -362,6 +368,13 @@ def shed_root(dns: DnsOptions, given: list[str]) -> Privileges:
     user = invoking_user()
     if user is None:
         return Privileges()
+    unreadable = unreadable_installation(user)
+    if unreadable is not None:
+        error(f"under sudo the tunnel runs as {user.name}, but {unreadable}",
+              f"install kafkatunnel with a Python {user.name} can read (a virtualenv of the "
+              "system's python3, or pipx as that user) and run sudo with it")  # fmt: skip
+        raise typer.Exit(2)
+    prepare_errors()  # what printing an error imports, imported while root reads everything
     sockets = None
     if dns.enabled:
         try:

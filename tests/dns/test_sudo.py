@@ -11,14 +11,15 @@ import contextlib
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,8 @@ from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
+TANSU_HOST_ADDRESS = "127.0.0.2"  # the shim's first address: the tansu broker's name
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays sudo: needs root")
 
 
@@ -77,24 +80,56 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _sockets(pid: int) -> dict[int, str]:
+    """inode -> `tcp 127.0.0.2:9092 LISTEN` for the inet sockets of `pid`'s network."""
+    found = {}
+    for proto in ("tcp", "udp"):
+        for row in Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]:
+            fields = row.split()
+            address, port = fields[1].split(":")
+            ip = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
+            state = "LISTEN" if fields[3] == "0A" else ("" if proto == "udp" else "other")
+            found[int(fields[9])] = f"{proto} {ip}:{int(port, 16)} {state}".strip()
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
+
+
 def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
     cluster: LocalCluster, readable_python: list[str]
 ) -> None:
-    assert cluster.tansu is not None
+    """A real client produces and consumes by the broker's in-cluster name through the
+    tunnel that root handed to `nobody`: every listener and the DNS socket are the child's,
+    root holds no inet socket at all, and root's hosts block is gone after the exit."""
+    assert cluster.tansu is not None and cluster.namespace is not None
     nobody = pwd.getpwnam("nobody")
     state = Path(tempfile.mkdtemp(prefix="kt-sudo-state-"))
     os.chown(state, nobody.pw_uid, nobody.pw_gid)
     sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
             "SUDO_USER": "nobody", "KAFKATUNNEL_STATE_DIR": str(state)}  # fmt: skip
+    relay_port = 19092  # the laptop's way into the cluster (a port-forward, played by socat)
+    into_cluster = " ".join(cluster.namespace.exec_prefix()) + " socat STDIO TCP\\:127.0.0.1\\:9092"
     try:
         with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
             hosts_file = Path("/etc/netns") / laptop.name / "hosts"
             before = hosts_file.read_bytes()
+            relay = ManagedProcess(
+                [*laptop.exec_prefix(), "socat",
+                 f"TCP-LISTEN:{relay_port},bind=127.0.0.1,fork,reuseaddr", f"EXEC:{into_cluster}"],
+                name="relay",
+            )  # fmt: skip
             up = [
                 sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.tansu.address,
-                "--broker", cluster.tansu.address, "--exec", "socat STDIO TCP:{host}:{port}",
-                "--start-timeout", "0", "--dns", "--dns-listen", "127.0.0.1:53",
-                "--dns-setup", "hosts", "--no-table",
+                "--via", "direct", "--map", f"{cluster.tansu.address}=127.0.0.1:{relay_port}",
+                "--dns", "--dns-listen", "127.0.0.1:53", "--dns-setup", "hosts", "--no-table",
             ]  # fmt: skip
             tunnel = ManagedProcess(
                 [*readable_python, *laptop.exec_prefix(), *up], name="sudo-up", env=sudo
@@ -102,25 +137,84 @@ def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
             try:
                 tunnel.wait_for_line(r"^resolver: hosts: ", timeout=30)
                 assert TANSU_HOST in hosts_file.read_text()
-                # root waits, the tunnel (its child) is nobody's, and port 53 serves
+                # root waits, the tunnel (its child) is nobody's
                 root = next(
                     p for p in [tunnel.pid, *_children(tunnel.pid)] if _cmd(p).startswith("python")
                 )
                 [child] = wait_for(lambda: _children(root), timeout=10, what="the tunnel")
                 assert _uid(root) == 0 and _uid(child) == nobody.pw_uid
-                answer = subprocess.run(
-                    [*laptop.exec_prefix(), "dig", "+short", "@127.0.0.1", TANSU_HOST],
-                    capture_output=True, text=True, timeout=30,
+
+                # a real client, by the in-cluster name, through the child
+                topic = f"sudo-{uuid.uuid4().hex[:6]}"
+                workload = [*laptop.exec_prefix(), sys.executable, "-m",
+                            "kafkatunnel.localcluster.workload"]  # fmt: skip
+                produced = subprocess.run([*workload, "produce", cluster.tansu.address, topic, "5"],
+                                          capture_output=True, text=True, timeout=60)  # fmt: skip
+                assert produced.stdout.strip() == "PRODUCED 5", produced.stderr[-2000:]
+                consumed = subprocess.run(
+                    [*workload, "consume", cluster.tansu.address, f"{topic}-g", topic, "5"],
+                    capture_output=True, text=True, timeout=60,
                 )  # fmt: skip
-                assert re.fullmatch(r"127\.0\.0\.\d+\n", answer.stdout), answer
+                assert consumed.stdout.startswith("CONSUMED 5"), consumed.stderr[-2000:]
+
+                # who holds what: the listeners and port 53 are the child's, root has none
+                sockets = _sockets(child)
+                held = {i: sockets[i] for i in _socket_inodes(child) if i in sockets}
+                served = sorted(v for v in held.values() if v.endswith("LISTEN") or "udp" in v)
+                assert "udp 127.0.0.1:53" in served, served
+                assert "tcp 127.0.0.1:53 LISTEN" in served, served
+                assert f"tcp {TANSU_HOST_ADDRESS}:9092 LISTEN" in served, served
+                assert "tcp 127.0.0.1:9092 LISTEN" in served, served  # bootstrap.servers
+                assert not _socket_inodes(root) & set(sockets), {
+                    i: sockets[i] for i in _socket_inodes(root) if i in sockets
+                }
                 os.kill(child, signal.SIGTERM)  # as `kafkatunnel down` by the user does
                 assert tunnel.popen.wait(timeout=20) == 0, tunnel.output()
             finally:
                 tunnel.stop()
+                relay.stop()
             assert "resolver: remove the managed block" in tunnel.output()
             assert hosts_file.read_bytes() == before
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary directory every user may enter (pytest's own sit in a 0700 one)."""
+    path = Path(tempfile.mkdtemp(prefix="kt-open-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_installation_the_user_cannot_read_stops_with_the_path_and_the_fix(
+    readable_python: list[str], open_tmp: Path
+) -> None:
+    """The package where `nobody` may not enter (a 0700 directory of root's): `up` stops
+    before dropping root, naming the path, the user and the fix, with no traceback."""
+    nobody = pwd.getpwnam("nobody")
+    hidden = open_tmp / "hidden"
+    shutil.copytree(ROOT / "kafkatunnel", hidden / "kafkatunnel")
+    os.chmod(hidden, 0o700)
+    sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
+            "SUDO_USER": "nobody", "PYTHONPATH": str(hidden)}  # fmt: skip
+    result = subprocess.run(
+        [*readable_python, sys.executable, "-m", "kafkatunnel", "up", "--bootstrap",
+         "kafka-0.kafka-headless.demo.svc.cluster.local:9092", "--via", "direct", "--map",
+         "kafka-0.kafka-headless.demo.svc.cluster.local:9092=127.0.0.1:1", "--dns",
+         "--dns-listen", "127.0.0.1:5353", "--no-table"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **sudo}, cwd=open_tmp,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert (
+        "under sudo the tunnel runs as nobody, but nobody cannot read the kafkatunnel package"
+        in output
+    )
+    assert f"{hidden} is drwx------, owned by root" in output, output
+    assert "fix: install kafkatunnel with a Python nobody can read" in output, output
+    assert "Traceback" not in output and "kafkatunnel bug" not in output, output
 
 
 def _cmd(pid: int) -> str:
@@ -141,12 +235,12 @@ channel = split_privileges(User(uid, gid, "nobody", "/"), ClusterZones.of([host]
 for line in sys.stdin:
     channel.file.write(line)
     channel.file.flush()
-    print(channel.file.readline().strip() or "CLOSED", flush=True)
+    print(channel.file.readline().strip() or '{"closed": true}', flush=True)
 """
 
 
 def _setup(**changes: object) -> str:
-    asked = {"method": "hosts", "names": {TANSU_HOST: "127.0.0.2"},
+    asked: dict[str, object] = {"method": "hosts", "names": {TANSU_HOST: "127.0.0.2"},
              "domains": ["cluster.local"], "server": ["127.0.0.1", 53]}  # fmt: skip
     asked.update(changes)
     return json.dumps({"setup": asked})
@@ -193,7 +287,7 @@ def test_the_root_helper_refuses_what_the_tunnel_never_sends(
             cwd=Path(__file__).resolve().parents[2],
         )  # fmt: skip
         assert hosts_file.read_bytes() == before
-    answers = [json.loads(a) if a != "CLOSED" else a for a in result.stdout.splitlines()]
+    answers: list[dict[str, Any]] = [json.loads(a) for a in result.stdout.splitlines()]
     assert len(answers) == len(lines), (result.stdout, result.stderr[-3000:])
     for request, answer in zip(HOSTILE_REQUESTS, answers, strict=False):
         assert "the privileged helper refused" in answer["error"], (request, answer)
