@@ -163,8 +163,9 @@ def test_root_ignores_a_settings_file_of_another_user(tmp_path: Path) -> None:
         cwd=directory, capture_output=True, text=True, timeout=60,
         env={**env, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
+    assert not marker.exists(), "nobody's exec command ran as root"
     assert "warning: ignoring" in result.stderr and "belongs to uid" in result.stderr
-    assert result.returncode == 2 and not marker.exists(), result.stderr
+    assert result.returncode == 2, result.stderr
     sudo = subprocess.run(
         [sys.executable, "-m", "kafkatunnel", "config", "show"],
         cwd=directory, capture_output=True, text=True, timeout=60,

@@ -94,7 +94,8 @@ def tamper(body: bytes, version: int, brokers: list[tuple[int, str, int]]) -> by
 def hostile_names(marker: str) -> list[list[object]]:
     """Brokers a lying cluster adds: each would have done harm somewhere before [trust]."""
     return [
-        [101, f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser=", 9092],  # options for ssh
+        # options for ssh, and a command of its own for a shell
+        [101, f"x:1 -oProxyCommand=touch${{IFS}}{marker} -oUser=;touch${{IFS}}{marker};", 9092],
         [102, "evil\n6.6.6.6 evil.example.org", 9092],  # a line of its own in /etc/hosts
         [103, "kafka-3/../../../../tmp/resolver-escape", 9092],  # out of /etc/resolver
         [104, "login.example.com", 9092],  # a good name, outside the cluster's zones

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import pickle
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -60,14 +62,24 @@ def as_nobody(action: Callable[[], Any]) -> Any:
 
 
 @pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary directory on a path `nobody` may walk (pytest's own sit in a 0700 one,
+    which would refuse nobody whatever the modes below it)."""
+    path = Path(tempfile.mkdtemp(prefix="kt-users-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def running(
-    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, open_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[BackgroundTunnel]:
-    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(open_tmp / "state"))
     config = TunnelConfig(
         bootstrap=cluster.mock[0].address,
         listen_port=free_port_run(8),
-        record_dir=tmp_path / "recordings",
+        record_dir=open_tmp / "recordings",
     )
     tunnel = BackgroundTunnel(config, ExecForwarder(cluster.exec_template())).start()
     yield tunnel
@@ -75,8 +87,10 @@ def running(
 
 
 def test_status_and_recordings_are_the_owners_alone(
-    running: BackgroundTunnel, tmp_path: Path
+    running: BackgroundTunnel, open_tmp: Path
 ) -> None:
+    """Each file's own mode keeps nobody out: its directories are opened to nobody first,
+    and each refusal is shown to turn into access once that mode is widened."""
     assert produce(running.bootstrap_servers, "owner-only", 5) == 5
     assert running.tunnel.recorder is not None and running.tunnel.recorder.sync()
     control = running.status()["control"]
@@ -87,19 +101,29 @@ def test_status_and_recordings_are_the_owners_alone(
     for path, mode in [
         (socket_path.parent, 0o700),
         (socket_path, 0o600),
-        (tmp_path / "recordings", 0o700),
-        *[(f, 0o600) for f in (tmp_path / "recordings").iterdir()],
+        (open_tmp / "recordings", 0o700),
+        *[(f, 0o600) for f in (open_tmp / "recordings").iterdir()],
     ]:
         assert stat.S_IMODE(path.lstat().st_mode) == mode, path
 
-    # Even handed the socket's directory, nobody gets in: the socket itself is 0600.
-    os.chmod(socket_path.parent, 0o711)
+    # The way to the socket opened to nobody: the socket's own 0600 refuses them...
+    assert socket_path.is_relative_to(open_tmp), socket_path
+    for parent in socket_path.parents:
+        if parent == open_tmp:
+            break
+        os.chmod(parent, 0o711)
     refused = as_nobody(lambda: fetch(control, "/status"))
     assert isinstance(refused, PermissionError), refused
-    recording = next((tmp_path / "recordings").iterdir())
+    os.chmod(socket_path, 0o666)  # ...as widening it shows: then nobody reads the status
+    assert "bootstrap_servers" in as_nobody(lambda: fetch(control, "/status"))
+    os.chmod(socket_path, 0o600)
+
+    recording = next((open_tmp / "recordings").iterdir())
     os.chmod(recording.parent, 0o711)
     unread = as_nobody(recording.read_bytes)
     assert isinstance(unread, PermissionError), unread
+    os.chmod(recording, 0o644)
+    assert as_nobody(recording.read_bytes) == recording.read_bytes()
 
 
 def test_a_recording_never_follows_a_planted_symlink(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ forwarder and adds lying entries to their Metadata answers (kio-encoded)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from kafkatunnel.localcluster import LocalCluster, free_port, free_port_run
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
+from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
@@ -65,11 +68,15 @@ def dns_answer(name: str, server: tuple[str, int]) -> DNSRecord:
 def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
+    """The forwards run through `sh -c` (a template users write, e.g. around kubectl
+    exec): a broker name that reached it unchecked would run `touch MARKER` as a command
+    of its own, once a client connects to that broker."""
     marker = tmp_path / "p"
     spec = {"brokers": hostile_names(str(marker))}
+    through_a_shell = f"sh -c {shlex.quote(cluster.exec_template())}"
     port, dns_port = free_port_run(8), free_port()
     tunnel = up(
-        cluster.mock[0].address, hostile_exec(cluster.exec_template(), spec, tmp_path), tmp_path,
+        cluster.mock[0].address, hostile_exec(through_a_shell, spec, tmp_path), tmp_path,
         "--listen", f"127.0.0.1:{port}", "--dns", "--dns-listen", f"127.0.0.1:{dns_port}",
         "--dns-setup", "none",
     )  # fmt: skip
@@ -79,9 +86,18 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
         )
         bootstrap = f"127.0.0.1:{port}"
 
-        # what a client is told: refused brokers never resolve, the rest are tunnel ports
+        # a client at every broker it is told of: only served ones open a forward
         with ProbeConnection(bootstrap) as probe:
             told = {node: (host, p) for node, host, p in probe.brokers()}
+        for host, broker_port in told.values():
+            with (
+                contextlib.suppress(OSError, ValueError, ProtocolError),
+                ProbeConnection(f"{host}:{broker_port}", timeout=5) as each,
+            ):
+                each.brokers()
+        assert not marker.exists(), "a broker's name ran as a shell command"
+
+        # what a client is told: refused brokers never resolve, the rest are tunnel ports
         for node in (101, 102, 103):
             assert told[node][0] == f"refused-broker-n{node}.kafkatunnel.invalid", told
         host, broker_port = told[104]
@@ -106,7 +122,6 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
         every_group_works(cluster, bootstrap, f"hostile-{uuid.uuid4().hex[:6]}")
         refusals = [line for line in tunnel.lines if "refused broker" in line]
         assert len(refusals) == 1 and "and 2 more" in refusals[0], refusals  # one line
-        assert not marker.exists()
         assert not Path("/tmp/resolver-escape").exists()
     finally:
         tunnel.stop()
