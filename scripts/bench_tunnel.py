@@ -1,6 +1,7 @@
 """Throughput and latency through kafkatunnel, side by side with the alternatives.
 
     .venv/bin/python scripts/bench_tunnel.py [--rounds 5] [--messages 300000]
+    .venv/bin/python scripts/bench_tunnel.py --idle 1000 --tunnels uvloop,uvloop-tls
 
 Paths to a tansu broker on this machine's loopback, each its own broker process:
   direct       the client talks to the broker
@@ -403,6 +404,15 @@ def main() -> None:
         "the same traffic on every path (a saturated run's depends on how reads fall)",
     )
     parser.add_argument(
+        "--idle",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of traffic: the memory and descriptors each of N idle client "
+        "connections costs every kafkatunnel path (each answered once, so its upstream and "
+        "any TLS session are open)",
+    )
+    parser.add_argument(
         "--same-broker",
         action="store_true",
         help="keep each path's broker across rounds: it slows as its in-memory log grows, "
@@ -422,6 +432,14 @@ def main() -> None:
                 for process in path.processes:
                     process.stop()
         paths = [p for p in paths if p.name in wanted]
+    if args.idle:
+        try:
+            idle_cost([p for p in paths if p.name.startswith("kafkatunnel")], args.idle)
+        finally:
+            for path in paths:
+                for process in path.processes + path.cluster_side:
+                    process.stop()
+        return
     try:
         direct, others = paths[0], paths[1:]
         for round_ in range(args.rounds):
@@ -437,6 +455,41 @@ def main() -> None:
             for process in path.processes + path.cluster_side:
                 process.stop()
     report(paths, args)
+
+
+def idle_cost(paths: list[Path_], count: int) -> None:
+    """Per idle client connection: the tunnel process's resident memory and descriptors,
+    measured with `count` connections open against none, each connection having had one
+    Metadata answer (so its upstream, and any TLS session, is established)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * count + 256)), hard))
+    print("\n| path | connections | memory per idle connection | descriptors per connection |")
+    print("| --- | ---: | ---: | ---: |")
+    for path in paths:
+        tunnel = path.processes[1].pid
+        before_rss, before_fds = _resident_kib(tunnel), len(os.listdir(f"/proc/{tunnel}/fd"))
+        opened = []
+        try:
+            for _ in range(count):
+                probe = ProbeConnection(path.bootstrap, timeout=30)
+                opened.append(probe)
+                probe.brokers()
+            time.sleep(1)  # nothing pending: what is left is what an idle connection holds
+            rss, fds = _resident_kib(tunnel), len(os.listdir(f"/proc/{tunnel}/fd"))
+        finally:
+            for probe in opened:
+                probe.close()
+        per = (rss - before_rss) / count
+        print(f"| {path.name} | {count} | {per:.1f} KiB | {(fds - before_fds) / count:.1f} |")
+
+
+def _resident_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 @dataclass(frozen=True)

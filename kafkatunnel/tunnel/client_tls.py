@@ -22,7 +22,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kafkatunnel.files import create_private, state_dir, state_directory, write_whole
 from kafkatunnel.tunnel.tls import load_pem_chain
-from kafkatunnel.tunnel.tls_socket import read_in_bulk
 
 CA_NAME = "kafkatunnel local CA"
 CA_DAYS = 3650
@@ -110,13 +109,16 @@ def server_certificate(
     )
 
 
-def listener_tls(listen_host: str, directory: Path | None = None) -> ClientTls:
-    """The listeners' TLS: a certificate for `listen_host` (and loopback's names) from the
-    tunnel's CA, made now."""
+def listener_tls(
+    listen_host: str, directory: Path | None = None, told: tuple[str, ...] = ()
+) -> ClientTls:
+    """The listeners' TLS: a certificate from the tunnel's CA, made now, for `listen_host`,
+    loopback's names and every host clients are `told` (--advertise, a Docker bridge's
+    address, host.docker.internal): a client verifies the name it was told."""
     ca, ca_key, ca_path = local_ca(directory or state_dir() / "client-ca")
-    cert, key = server_certificate(ca, ca_key, [listen_host, "127.0.0.1", "::1", "localhost"])
+    names = [listen_host, *told, "127.0.0.1", "::1", "localhost"]
+    cert, key = server_certificate(ca, ca_key, names)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     load_pem_chain(context, cert, key)
-    read_in_bulk(context)
     return ClientTls(context, ca_path)

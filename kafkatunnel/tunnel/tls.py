@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kafkatunnel.tunnel.certificates import TlsSession, openssl_reason, verification_failure
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, TcpUpstream, Upstream
-from kafkatunnel.tunnel.tls_socket import SocketTlsUpstream, handshake, read_in_bulk
+from kafkatunnel.tunnel.tls_socket import SocketTlsUpstream, handshake
 from kafkatunnel.tunnel.tls_stream import READ_SIZE, TlsUpstream
 
 TlsStream = SocketTlsUpstream | TlsUpstream  # over a socket; over any other stream
@@ -83,7 +83,6 @@ def client_context(options: TlsOptions) -> ssl.SSLContext:
     if options.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    read_in_bulk(context)
     return context
 
 

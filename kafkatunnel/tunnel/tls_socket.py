@@ -4,67 +4,21 @@ client of --client-tls).
 
 The relay's Pumps call the ssl.SSLSocket's recv_into and send on their own descriptor,
 so every byte costs one kernel copy and OpenSSL's cipher, as in a TLS-originating relay
-written in C (socat's OPENSSL address). The memory-BIO bridge (tls_stream.py) remains for
-streams that are not sockets (an exec'd command's pipes), where OpenSSL has nothing to
-read. The SSLSocket sits on a duplicate of the inner upstream's descriptor, so the inner
-upstream keeps what it owns (closing, releasing, a kubectl forward's bookkeeping).
+written in C (socat's OPENSSL address), and OpenSSL reads as the ssl module sets it up: a
+record at a time. The memory-BIO bridge (tls_stream.py) remains for streams that are not
+sockets (an exec'd command's pipes), where OpenSSL has nothing to read. The SSLSocket sits
+on a duplicate of the inner upstream's descriptor, so the inner upstream keeps what it owns
+(closing, releasing, a kubectl forward's bookkeeping).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import logging
 import ssl
-import sys
 
 from kafkatunnel.tunnel.certificates import alert_message, openssl_reason
 from kafkatunnel.tunnel.forwarders import ForwarderError, TcpUpstream, Upstream
 from kafkatunnel.tunnel.relay import READ_SIZE, wait_ready
-
-log = logging.getLogger("kafkatunnel.tls")
-BULK_READ = 256 << 10  # what OpenSSL asks of the socket per read, once reading in bulk
-_SSL_CTRL_SET_READ_AHEAD, _SSL_CTRL_GET_READ_AHEAD = 41, 40  # include/openssl/ssl.h
-
-
-def read_in_bulk(context: ssl.SSLContext) -> bool:
-    """Have OpenSSL read the socket up to BULK_READ bytes at a time (read-ahead), not twice
-    per TLS record (its 5-byte header, then its body): one read(2) per 256 KiB instead of
-    thirty-two. The ssl module offers no such setting, so this reaches the SSL_CTX under a
-    CPython SSLContext, after checking that what it found there is one (its options and
-    verify mode read back as the SSLContext's); False: left as it was."""
-    if sys.implementation.name != "cpython":
-        return False
-    try:
-        library = ctypes.CDLL(ssl._ssl.__file__)  # type: ignore[attr-defined]
-        control = library.SSL_CTX_ctrl
-        control.restype, control.argtypes = (
-            ctypes.c_long,
-            [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p],
-        )
-        options = library.SSL_CTX_get_options
-        options.restype, options.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
-        verify_mode = library.SSL_CTX_get_verify_mode
-        verify_mode.restype, verify_mode.argtypes = ctypes.c_int, [ctypes.c_void_p]
-        buffer_len = library.SSL_CTX_set_default_read_buffer_len
-        buffer_len.restype, buffer_len.argtypes = None, [ctypes.c_void_p, ctypes.c_size_t]
-        # CPython's PySSLContext: PyObject_HEAD, then the SSL_CTX pointer.
-        pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
-    except (OSError, AttributeError, ValueError):
-        return False
-    if not pointer:
-        return False
-    expected_verify = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}
-    if (
-        options(pointer) != int(context.options)
-        or verify_mode(pointer) != expected_verify[context.verify_mode]
-        or control(pointer, _SSL_CTRL_GET_READ_AHEAD, 0, None) not in (0, 1)
-    ):
-        log.debug("not an SSL_CTX where one was expected: TLS reads stay per record")
-        return False
-    buffer_len(pointer, BULK_READ)
-    control(pointer, _SSL_CTRL_SET_READ_AHEAD, 1, None)
-    return bool(control(pointer, _SSL_CTRL_GET_READ_AHEAD, 0, None) == 1)
 
 
 class SocketTlsUpstream(Upstream):

@@ -156,7 +156,12 @@ class Tunnel:
         if config.tls is not None:
             forwarder = TlsForwarder(forwarder, client_context(config.tls))
         self.forwarder = forwarder
-        self.client_tls = listener_tls(config.listen_host) if config.client_tls else None
+        told = [config.advertise, *(h for a in config.audiences for h in (a.listen, a.advertise))]
+        self.client_tls = (
+            listener_tls(config.listen_host, told=tuple(h for h in told if h is not None))
+            if config.client_tls
+            else None
+        )
         host, port = split_address(config.bootstrap)
         self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)
         self.bootstrap.route = forwarder.describe(host, port)

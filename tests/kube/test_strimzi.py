@@ -42,9 +42,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def strimzi_world(world: World, cluster: LocalCluster, ca: TestAuthority, **changes: Any) -> None:
-    """Strimzi's pods, its cluster CA secret, a tls KafkaUser alice and a scram one bob."""
-    alice = ca.issue("alice", ["alice"], client=True)
+def strimzi_world(
+    world: World,
+    cluster: LocalCluster,
+    ca: TestAuthority,
+    clients: TestAuthority | None = None,
+    **changes: Any,
+) -> None:
+    """Strimzi's pods, its cluster CA secret, a tls KafkaUser alice and a scram one bob.
+    As in Strimzi, alice's certificate and her secret's `ca.crt` are the clients CA's
+    (`clients`; the cluster CA when None), which does not sign the brokers."""
+    clients = clients or ca
+    alice = clients.issue("alice", ["alice"], client=True)
     pods = [
         {"name": f"{CLUSTER}-kafka-{i}", "ip": "127.0.0.1", "ports": [b.port], "labels": LABELS,
          "port_names": {str(b.port): "tcp-clientstls"}}
@@ -53,7 +62,7 @@ def strimzi_world(world: World, cluster: LocalCluster, ca: TestAuthority, **chan
     secrets = {
         f"{CLUSTER}-cluster-ca-cert": {"ca.crt": _b64(ca.pem.read_bytes())},
         "alice": {
-            "ca.crt": _b64(ca.pem.read_bytes()),
+            "ca.crt": _b64(clients.pem.read_bytes()),
             "user.crt": _b64(alice.cert.read_bytes()),
             "user.key": _b64(alice.key.read_bytes()),
         },
@@ -72,9 +81,10 @@ def ca(tmp_path: Path) -> TestAuthority:
 def test_up_reads_the_cluster_ca_and_a_kafka_users_certificate_from_the_cluster(
     cluster: LocalCluster, apiserver: Path, world: World, ca: TestAuthority
 ) -> None:
-    strimzi_world(world, cluster, ca)
+    clients = TestAuthority(ca.directory, "strimzi clients CA")
+    strimzi_world(world, cluster, ca, clients)
     server = ca.issue("brokers", ["127.0.0.1"])
-    with TlsFront(cluster, server, client_ca=ca.pem):
+    with TlsFront(cluster, server, client_ca=clients.pem):
         process = ManagedProcess(
             [
                 sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl",

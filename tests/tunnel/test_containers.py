@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -163,3 +164,66 @@ def test_where_containers_reach_the_tunnel_is_decided_or_explained(
     with Container() as box:
         bridged = containers.plan(box.bridge, platform="linux")
     assert bridged.audience == Audience(HOST_ADDRESS, HOST_ADDRESS)
+
+
+# A container's client speaking TLS to the tunnel, verifying its certificate by the name it
+# was told (librdkafka's default since 2.0, set here all the same).
+SSL_ROUND_TRIP = """
+import sys, uuid
+from confluent_kafka import Consumer, Producer
+bootstrap, ca = sys.argv[1], sys.argv[2]
+tls = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": ca,
+       "ssl.endpoint.identification.algorithm": "https"}
+topic = f"client-tls-{uuid.uuid4().hex[:6]}"
+producer = Producer(tls)
+delivered = []
+for i in range(5):
+    producer.produce(topic, b"%d" % i, on_delivery=lambda e, m: delivered.append(e is None))
+producer.flush(30)
+consumer = Consumer({**tls, "group.id": topic, "auto.offset.reset": "earliest"})
+consumer.subscribe([topic])
+got = 0
+for _ in range(60):
+    message = consumer.poll(1)
+    if message is not None and message.error() is None:
+        got += 1
+    if got == 5:
+        break
+consumer.close()
+print("DELIVERED", sum(delivered), "CONSUMED", got)
+"""
+
+
+@pytest.mark.parametrize("told", [None, HOST_NAME], ids=["bridge address", "advertised name"])
+def test_client_tls_names_what_containers_are_told(
+    cluster: LocalCluster, told: str | None, tmp_path: Path
+) -> None:
+    """up --client-tls --for-containers: the certificate names the bridge's address and
+    --advertise's host, so a container's client that verifies the name it was told
+    produces and consumes over TLS, as the host's client does at loopback."""
+    with Container() as box:
+        port = free_port_run(8)
+        up = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
+                "--listen", f"127.0.0.1:{port}", "--for-containers", "--client-tls",
+                "--container-network", box.bridge, *(["--advertise", told] if told else []),
+            ],
+            name="kafkatunnel-up-client-tls", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+        )  # fmt: skip
+        try:
+            host = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=30).group(1)
+            inside = up.wait_for_line(r"^containers: bootstrap\.servers=(\S+)$", timeout=5)[1]
+            ca = up.wait_for_line(r"^ssl\.ca\.location=(\S+)$", timeout=5).group(1)
+            assert inside == f"{told or HOST_ADDRESS}:{port}"
+            for bootstrap, run in ((inside, box.python), (host, _here)):
+                result = run("-c", SSL_ROUND_TRIP, bootstrap, ca)
+                assert result.stdout.strip() == "DELIVERED 5 CONSUMED 5", (
+                    bootstrap, result.stdout, result.stderr[-2000:])  # fmt: skip
+        finally:
+            up.stop()
+
+
+def _here(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)

@@ -454,3 +454,38 @@ def test_scram_crosses_tls_to_tansus_authenticator_and_its_verdict_comes_back(
     data = b"".join(path.read_bytes() for path in sorted(recordings.iterdir()))
     assert b"SCRAM-SHA-512" in data  # the handshake is recorded
     assert b"alice" not in data and b"n,,n=" not in data and PASSWORD not in data
+
+
+@pytest.mark.parametrize("form", ["pem-password-file", "pkcs12-variable"])
+def test_up_logs_in_with_a_client_certificate_from_its_flags(
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path, form: str
+) -> None:
+    """The client certificate flags as users type them, against a listener that requires
+    one: --tls-cert/--tls-key with an encrypted key and --tls-password-file, and
+    --tls-pkcs12 with the password in KAFKATUNNEL_TLS_PASSWORD."""
+    server = ca.issue("brokers", [ADVERTISED])
+    client = ca.issue("developer", ["developer"], client=True, password=b"p12-s3cret")
+    env: dict[str, str] = {}
+    if form == "pem-password-file":
+        secret = tmp_path / "password"
+        secret.write_text("p12-s3cret\n")
+        flags = ["--tls-cert", str(client.cert), "--tls-key", str(client.key),
+                 "--tls-password-file", str(secret)]  # fmt: skip
+    else:
+        flags = ["--tls-pkcs12", str(client.p12)]
+        env["KAFKATUNNEL_TLS_PASSWORD"] = "p12-s3cret"
+    with TlsFront(cluster, server, client_ca=ca.pem) as front:
+        up = ManagedProcess(
+            [
+                sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+                "--bootstrap", cluster.mock[0].address, "--via", "exec",
+                "--exec", front.exec_template(), "--listen", f"127.0.0.1:{free_port_run(8)}",
+                "--tls", "--tls-ca", str(ca.pem), *flags,
+            ],
+            name=f"kafkatunnel-up-{form}", env=env,
+        )  # fmt: skip
+        try:
+            bootstrap = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=30).group(1)
+            assert produce(bootstrap, f"mtls-flags-{uuid.uuid4().hex[:6]}", 5) == 5
+        finally:
+            up.stop()

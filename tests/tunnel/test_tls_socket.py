@@ -18,18 +18,12 @@ from pathlib import Path
 from kafkatunnel.protocol.passage import PassThrough
 from kafkatunnel.tunnel.relay import READ_SIZE, Pump
 from kafkatunnel.tunnel.tls import TlsOptions, client_context
-from kafkatunnel.tunnel.tls_socket import read_in_bulk
 from kafkatunnel.waiting import wait_for
 from tests.pki import TestAuthority
 
 RECORD = 10_000  # plaintext per TLS record: no divisor of the Pump's read, so a full read
 # ends inside the last record, which OpenSSL holds decrypted, the socket empty
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux: beyond wmem_max/rmem_max, as root
-
-
-def _unread(sock: socket.socket) -> int:
-    """Bytes the kernel holds for sock, not yet read from it (SIOCINQ)."""
-    return int(struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 def _unsent(sock: socket.socket) -> int:
@@ -65,21 +59,6 @@ def _session(
     finally:
         mine.close()
         server[0].close()
-
-
-def test_openssl_reads_the_socket_in_bulk_not_per_record(tmp_path: Path) -> None:
-    """With read_in_bulk, one record asked for takes all that waits on the socket (one
-    read(2) for many records); without it, OpenSSL leaves the rest in the kernel."""
-    ca = TestAuthority(tmp_path)
-    payload = b"x" * (160 << 10)  # ten full records
-    bulk = client_context(TlsOptions(ca.pem))  # the tunnel's, which reads in bulk
-    assert read_in_bulk(bulk)  # it says whether it could: here, yes
-    plain = ssl.create_default_context(cafile=ca.pem)  # the ssl module's own default
-    for context, expect_left in ((bulk, False), (plain, True)):
-        with _session(ca, context) as (client, server):
-            server.sendall(payload)
-            assert len(client.recv(16 << 10)) == 16 << 10
-            assert (_unread(client) > 0) is expect_left, (context is bulk, _unread(client))
 
 
 def test_a_pump_resumes_with_records_openssl_already_holds(tmp_path: Path) -> None:
