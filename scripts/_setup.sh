@@ -121,3 +121,23 @@ kt_venv() {
   fi
   export PATH="$KT_VENV/bin:$PATH"
 }
+
+# Apache Kafka, the reference cluster (kafkatunnel/localcluster/apache.py): its jars from
+# Maven Central with Maven, once, into a cache outside the repository, pinned by the version
+# in scripts/apache-kafka/pom.xml. Maven comes from Debian when missing.
+KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
+KT_KAFKA_LIB="${KAFKATUNNEL_KAFKA_LIB:-$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA_VERSION/lib}"
+kt_apache_kafka() {
+  if [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    kt_log "installing Maven (to fetch Apache Kafka from Maven Central)"
+    kt_apt_update
+    kt_apt install -y -qq --no-install-recommends maven >/dev/null
+  fi
+  kt_log "fetching Apache Kafka $KT_KAFKA_VERSION from Maven Central into $KT_KAFKA_LIB"
+  local partial="$KT_KAFKA_LIB.partial"
+  rm -rf "$partial"
+  mvn -q -B -f "$KT_ROOT/scripts/apache-kafka/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$partial"
+  mv "$partial" "$KT_KAFKA_LIB"
+}

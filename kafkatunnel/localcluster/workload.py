@@ -137,22 +137,21 @@ def consume_group(
     """
     logger, log = _logger(f"consumer-{group}")
     result = GroupResult(group, expected)
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": True,
-            "logger": logger,
-            "debug": "cgrp",
-            # Short-lived consumers: a member that left without a clean LeaveGroup holds a
-            # rebalance for the session timeout, so keep it at the brokers' minimum.
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
-            "error_cb": lambda error: result.errors.append(str(error)),
-            **(config or {}),
-        }
-    )
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": True,
+        "logger": logger,
+        "debug": "cgrp",
+        "error_cb": lambda error: result.errors.append(str(error)),
+        **(config or {}),
+    }
+    if settings.get("group.protocol") != "consumer":  # KIP-848's timeouts are the broker's
+        # Short-lived consumers: a member that left without a clean LeaveGroup holds a
+        # rebalance for the session timeout, so keep it at the brokers' minimum.
+        settings = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **settings}
+    consumer = confluent_kafka.Consumer(settings)
     processed: set[tuple[int, int]] = set()
     try:
         consumer.subscribe([topic])

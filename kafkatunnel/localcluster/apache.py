@@ -1,0 +1,269 @@
+"""Apache Kafka itself, as the reference cluster: three KRaft nodes (each broker and
+controller, as Strimzi's combined node pools run them) in a network namespace of their own,
+each on its own address, advertising the names pods get behind a headless service
+(`kafka-N.kafka-headless.kafka.svc.cluster.local`), with Strimzi's kinds of listener:
+
+    plain  9092  PLAINTEXT
+    tls    9093  SSL, the brokers' certificates from the cluster CA, naming them
+    scram  9094  SASL_SSL, SCRAM-SHA-512 (users added at format time, as Kafka documents)
+    mtls   9095  SSL with a client certificate from the clients CA required
+
+The jars come from Maven Central (org.apache.kafka:kafka_2.13 and kafka-tools, the version
+below), fetched once by `scripts/_setup.sh` into a cache outside the repository; Java 17 or
+newer runs them. Nothing here imitates a broker: it writes server.properties, formats the
+log directories with Kafka's StorageTool and starts `kafka.Kafka`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafkatunnel.localcluster.authority import Authority, Issued
+from kafkatunnel.localcluster.harness import ClusterBroker, groups_by_coordinator
+from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.waiting import wait_for
+
+KAFKA_VERSION = "4.1.1"
+LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where the jars are, if not the default cache
+NAMESPACE = "kafka"  # the Kubernetes namespace the names say
+CONTROLLER_PORT, REPLICATION_PORT = 9090, 9091
+LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095}
+PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "SSL"}
+SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-s3cret"
+MTLS_USER = "bob"
+START_TIMEOUT = 90.0
+HEAP = ["-Xms192m", "-Xmx512m", "-XX:+UseSerialGC"]  # three JVMs on a 2-core laptop
+LOG4J = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+"""
+
+
+class ApacheKafkaUnavailable(RuntimeError):
+    """The jars or a Java to run them are missing; the message says how to get them."""
+
+
+def kafka_lib() -> Path:
+    """The directory of Apache Kafka's jars, as scripts/_setup.sh fetched them."""
+    configured = os.environ.get(LIB_VARIABLE)
+    lib = (
+        Path(configured)
+        if configured
+        else Path.home() / ".cache" / "kafkatunnel" / f"apache-kafka-{KAFKA_VERSION}" / "lib"
+    )
+    if not (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        raise ApacheKafkaUnavailable(
+            f"Apache Kafka {KAFKA_VERSION} is not in {lib}: scripts/test fetches it from Maven "
+            f"Central (mvn dependency:copy-dependencies -f scripts/apache-kafka/pom.xml "
+            f"-DoutputDirectory={lib}), or set {LIB_VARIABLE}"
+        )
+    if shutil.which("java") is None:
+        raise ApacheKafkaUnavailable("no java on PATH: Apache Kafka 4 needs Java 17 or newer")
+    return lib
+
+
+def broker_host(node: int) -> str:
+    return f"kafka-{node}.kafka-headless.{NAMESPACE}.svc.cluster.local"
+
+
+def broker_address(node: int) -> str:
+    """The node's own address in the cluster's network, as a pod has one."""
+    return f"127.0.0.{11 + node}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What clients present: the cluster CA to trust, the SCRAM user, the mTLS user."""
+
+    cluster_ca: Path
+    clients_ca: Path
+    scram_user: str
+    scram_password: str
+    mtls_user: Issued
+
+
+class ApacheKafka:
+    """Start with `with ApacheKafka() as kafka:`; every process and file is gone on exit."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.nodes = nodes
+        self.lib = kafka_lib()
+        self.namespace: NetworkNamespace | None = None
+        self.workdir = Path(tempfile.mkdtemp(prefix="kafkatunnel-apache-kafka-"))
+        self.processes: list[ManagedProcess] = []
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.credentials: Credentials | None = None
+
+    # -- what clients see ---------------------------------------------------------------------
+
+    def brokers(self, listener: str = "plain") -> list[ClusterBroker]:
+        port = LISTENERS[listener]
+        return [ClusterBroker(node, broker_host(node), port) for node in range(self.nodes)]
+
+    def bootstrap(self, listener: str = "plain") -> str:
+        return self.brokers(listener)[0].address
+
+    def exec_template(self) -> str:
+        """An `exec` forwarder template that opens a byte stream to {host}:{port} inside,
+        where the brokers' names resolve (the namespace's own /etc/hosts)."""
+        assert self.namespace is not None
+        return " ".join(self.namespace.exec_prefix()) + " socat STDIO TCP:{host}:{port}"
+
+    def inside(self, argv: list[str]) -> list[str]:
+        assert self.namespace is not None
+        return [*self.namespace.exec_prefix(), *argv]
+
+    def connect(self, host: str, port: int, timeout: float = 2.0) -> socket.socket:
+        """A TCP connection from inside the cluster's network, by a broker's name."""
+        assert self.namespace is not None
+        names = {broker_host(n): broker_address(n) for n in range(self.nodes)}
+        return self.namespace.connect(names.get(host, host), port, timeout)
+
+    def groups_by_coordinator(
+        self, per_broker: int, prefix: str, transactional: bool = False
+    ) -> dict[int, list[str]]:
+        """`per_broker` group ids (or transactional ids) coordinated by each broker."""
+        nodes = list(range(self.nodes))
+        return groups_by_coordinator(
+            self.bootstrap(), self.connect, nodes, per_broker, prefix, transactional
+        )
+
+    def tool(self, main_class: str, *args: str, timeout: float = 120) -> str:
+        """Run one of Kafka's own command-line tools (a kafka-tools main class) inside the
+        cluster's network; its standard output, or RuntimeError with what it said."""
+        argv = self.inside(["java", *HEAP, "-cp", f"{self.lib}/*", main_class, *args])
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"{main_class} {' '.join(args)}: {result.stderr[-2000:]}")
+        return result.stdout
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def start(self) -> ApacheKafka:
+        try:
+            hosts = {broker_host(n): broker_address(n) for n in range(self.nodes)}
+            self.namespace = NetworkNamespace(hosts=hosts)
+            self.credentials = self._certificates()
+            configs = [self._configure(node) for node in range(self.nodes)]
+            with ThreadPoolExecutor(self.nodes) as pool:
+                list(pool.map(self._format, configs))
+            for node, config in enumerate(configs):
+                logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+                argv = ["java", *HEAP, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
+                self.processes.append(ManagedProcess(self.inside(argv), name=f"kafka-{node}"))
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(Exception):
+                process.stop(timeout=10)
+        self.processes.clear()
+        if self.namespace is not None:
+            self.namespace.close()
+            self.namespace = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _certificates(self) -> Credentials:
+        pki = self.workdir / "pki"
+        pki.mkdir(mode=0o700)
+        cluster_ca = Authority(pki, "kafka cluster CA")
+        clients_ca = Authority(pki, "kafka clients CA")
+        for node in range(self.nodes):
+            name = broker_host(node)
+            cluster_ca.issue(f"broker-{node}", [name, name.removesuffix(".cluster.local")])
+        bob = clients_ca.issue(MTLS_USER, [MTLS_USER], client=True)
+        (self.workdir / "log4j2.properties").write_text(LOG4J)
+        return Credentials(cluster_ca.pem, clients_ca.pem, SCRAM_USER, SCRAM_PASSWORD, bob)
+
+    def _configure(self, node: int) -> Path:
+        assert self.credentials is not None
+        address, name = broker_address(node), broker_host(node)
+        voters = ",".join(f"{n}@{broker_host(n)}:{CONTROLLER_PORT}" for n in range(self.nodes))
+        listen = [f"CONTROLLER://{address}:{CONTROLLER_PORT}",
+                  f"REPLICATION://{address}:{REPLICATION_PORT}"]  # fmt: skip
+        listen += [f"{k.upper()}://{address}:{port}" for k, port in LISTENERS.items()]
+        told = [f"REPLICATION://{name}:{REPLICATION_PORT}"]
+        told += [f"{k.upper()}://{name}:{port}" for k, port in LISTENERS.items()]
+        protocols = ["CONTROLLER:PLAINTEXT", "REPLICATION:PLAINTEXT"]
+        protocols += [f"{k.upper()}:{p}" for k, p in PROTOCOLS.items()]
+        chain = self.workdir / "pki" / f"broker-{node}.pem"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(node),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "REPLICATION",
+            "listeners": ",".join(listen),
+            "advertised.listeners": ",".join(told),
+            "listener.security.protocol.map": ",".join(protocols),
+            "log.dirs": str(self.workdir / f"node-{node}" / "data"),
+            "num.partitions": "3",
+            "offsets.topic.replication.factor": str(min(3, self.nodes)),
+            "transaction.state.log.replication.factor": str(min(3, self.nodes)),
+            "transaction.state.log.min.isr": str(min(2, self.nodes)),
+            "group.initial.rebalance.delay.ms": "0",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(chain),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.credentials.clients_ca),
+            "listener.name.mtls.ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.scram.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        }  # fmt: skip
+        path = self.workdir / f"node-{node}.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
+    def _format(self, config: Path) -> None:
+        scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
+        self.tool("kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+                  "--config", str(config), "--add-scram", scram, "--ignore-formatted")  # fmt: skip
+
+    def _wait_ready(self) -> None:
+        """Until every broker is in the metadata and a group has a coordinator (the
+        offsets topic exists), or a node has died (its output says why)."""
+        from kafkatunnel.probe import ProbeConnection
+
+        def ready() -> bool:
+            for process in self.processes:
+                if not process.alive():
+                    raise RuntimeError(f"{process.name} exited:\n{process.output()[-3000:]}")
+            try:
+                with ProbeConnection(self.bootstrap(), timeout=2, connect=self.connect) as probe:
+                    if len(probe.brokers()) < self.nodes:
+                        return False
+                    return probe.find_coordinator("kafkatunnel-ready").node_id >= 0
+            except (OSError, ValueError):
+                return False
+
+        wait_for(ready, timeout=START_TIMEOUT, interval=0.5, what="Apache Kafka to start")

@@ -1,0 +1,195 @@
+"""Apache Kafka itself behind `kafkatunnel up`: three KRaft nodes from Maven Central
+(kafkatunnel/localcluster/apache.py) advertising Kubernetes names in a network of their
+own, with Strimzi's plain, TLS, SCRAM-over-TLS and mutual-TLS listeners. The cluster is
+started once for the session (the `apache_kafka` fixture) and shared."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.localcluster.apache import (
+    HEAP,
+    KAFKA_VERSION,
+    SCRAM_PASSWORD,
+    SCRAM_USER,
+    ApacheKafka,
+)
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import consume_group, consume_groups, produce
+from kafkatunnel.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 30
+
+
+@contextmanager
+def tunnel(kafka: ApacheKafka, listener: str = "plain", *flags: str) -> Iterator[str]:
+    """`kafkatunnel up` in front of one of the cluster's listeners, through forwards into
+    its network; yields the bootstrap.servers it prints."""
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--bootstrap", kafka.bootstrap(listener), "--exec", kafka.exec_template(),
+         "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
+        name=f"kafkatunnel-up-apache-{listener}",
+    )  # fmt: skip
+    try:
+        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+    finally:
+        up.stop()
+
+
+def tls_flags(kafka: ApacheKafka) -> list[str]:
+    assert kafka.credentials is not None
+    return ["--tls", "--tls-ca", str(kafka.credentials.cluster_ca)]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_groups_on_every_coordinator_through_the_tunnel(
+    apache_kafka: ApacheKafka, protocol: str
+) -> None:
+    """The field report's failure, on Apache Kafka: a group per coordinator consumes every
+    message without NOT_COORDINATOR, with the classic protocol and with KIP-848's."""
+    topic = f"apache-{protocol}-{uuid.uuid4().hex[:6]}"
+    spread = apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-g")
+    assert sorted(spread) == [0, 1, 2]
+    with tunnel(apache_kafka) as bootstrap:
+        assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+        config = {"group.protocol": protocol}
+        for node, (group,) in sorted(spread.items()):
+            result = consume_group(bootstrap, group, topic, MESSAGES, timeout=60, config=config)
+            assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), (
+                node, result.errors[:3])  # fmt: skip
+
+
+def test_transactions_on_every_coordinator_commit_and_abort(apache_kafka: ApacheKafka) -> None:
+    """A transactional id per transaction coordinator: one transaction committed and one
+    aborted each; a read_committed group sees exactly the committed records."""
+    topic = f"apache-txn-{uuid.uuid4().hex[:6]}"
+    spread = apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-t", transactional=True)
+    assert sorted(spread) == [0, 1, 2]
+    with tunnel(apache_kafka) as bootstrap:
+        for (transactional_id,) in spread.values():
+            producer = confluent_kafka.Producer(
+                {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+            )
+            producer.init_transactions(60)
+            for outcome in ("commit", "abort"):
+                producer.begin_transaction()
+                for index in range(5):
+                    producer.produce(topic, f"{transactional_id}-{outcome}-{index}".encode())
+                if outcome == "commit":
+                    producer.commit_transaction(60)
+                else:
+                    producer.abort_transaction(60)
+        committed = consume_group(bootstrap, f"{topic}-rc", topic, 15, timeout=60,
+                                  config={"isolation.level": "read_committed"})  # fmt: skip
+        assert committed.consumed == 15 and committed.coordinator_errors == []
+        assert all(b"-commit-" in value for value in committed.values), committed.values
+
+
+def test_kafkas_own_tools_through_the_tunnel(apache_kafka: ApacheKafka) -> None:
+    """kafka-topics and kafka-consumer-groups (their kafka-tools main classes, run with the
+    cached jars) create, describe and list through the tunnel's bootstrap alone."""
+    topic = f"apache-tools-{uuid.uuid4().hex[:6]}"
+
+    def tool(main_class: str, *args: str) -> str:
+        argv = ["java", *HEAP, "-cp", f"{apache_kafka.lib}/*", main_class, *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    with tunnel(apache_kafka) as bootstrap:
+        server = ["--bootstrap-server", bootstrap]
+        tool("org.apache.kafka.tools.TopicCommand", *server, "--create", "--topic", topic,
+             "--partitions", "6", "--replication-factor", "3")  # fmt: skip
+        described = tool("org.apache.kafka.tools.TopicCommand", *server, "--describe",
+                         "--topic", topic)  # fmt: skip
+        assert len(re.findall(rf"Topic: {topic}\s+Partition: \d", described)) == 6, described
+        assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+        group = f"{topic}-g"
+        assert consume_group(bootstrap, group, topic, MESSAGES, timeout=60).consumed == MESSAGES
+        groups = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+        assert group in tool(groups, *server, "--list").split()
+        offsets = tool(groups, *server, "--describe", "--group", group)
+        assert sum(int(row.split()[4]) for row in offsets.splitlines()
+                   if row.startswith(group)) == MESSAGES, offsets  # fmt: skip
+
+
+def test_scram_over_tls_logs_in_through_the_tunnel_and_a_wrong_password_fails_as_kafka_says(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """SCRAM-SHA-512 over TLS, Strimzi's `scram-sha-512` listener: the tunnel speaks TLS to
+    the brokers (verifying their advertised names), the client SASL in plaintext to the
+    tunnel. alice logs in and consumes; a wrong password gets Kafka's own message; the
+    recording holds neither the password nor the SCRAM exchange."""
+    recordings = tmp_path / "recordings"
+    scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+             "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
+    topic = f"apache-scram-{uuid.uuid4().hex[:6]}"
+    flags = [*tls_flags(apache_kafka), "--record", str(recordings)]
+    with tunnel(apache_kafka, "scram", *flags) as bootstrap:
+        assert produce(bootstrap, topic, MESSAGES, config=scram) == MESSAGES
+        result = consume_group(bootstrap, f"{topic}-g", topic, MESSAGES, timeout=60,
+                               config=scram)  # fmt: skip
+        assert result.consumed == MESSAGES, result.errors[:3]
+        said = refused_login(bootstrap, {**scram, "sasl.password": "not-the-password"})
+    assert "Authentication failed during authentication due to invalid credentials with " \
+        "SASL mechanism SCRAM-SHA-512" in said, said  # fmt: skip
+    recorded = b"".join(path.read_bytes() for path in recordings.iterdir())
+    assert recorded, "nothing was recorded"
+    for secret in (SCRAM_PASSWORD.encode(), b"not-the-password", b"n=alice,r=", b"c=biws"):
+        assert secret not in recorded, secret
+
+
+def refused_login(bootstrap: str, config: dict[str, Any]) -> str:
+    """What a client is told when its login fails (the error callback's first error)."""
+    errors: list[str] = []
+    failed = threading.Event()
+
+    def on_error(error: confluent_kafka.KafkaError) -> None:
+        errors.append(str(error))
+        if error.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+            failed.set()
+
+    producer = confluent_kafka.Producer({**config, "bootstrap.servers": bootstrap,
+                                         "error_cb": on_error})  # fmt: skip
+
+    def seen() -> bool:
+        producer.poll(0.2)
+        return failed.is_set()
+
+    wait_for(seen, timeout=30, what="the login to be refused")
+    return " | ".join(errors)
+
+
+def test_mutual_tls_logs_in_with_the_users_certificate(apache_kafka: ApacheKafka) -> None:
+    """Strimzi's `tls` authentication: the listener requires a certificate from the clients
+    CA; the tunnel presents the user's (--tls-cert/--tls-key) and clients need nothing."""
+    assert apache_kafka.credentials is not None
+    user = apache_kafka.credentials.mtls_user
+    topic = f"apache-mtls-{uuid.uuid4().hex[:6]}"
+    flags = [*tls_flags(apache_kafka), "--tls-cert", str(user.cert), "--tls-key", str(user.key)]
+    with tunnel(apache_kafka, "mtls", *flags) as bootstrap:
+        assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+        groups = {gs[0]: MESSAGES for gs in
+                  apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-g").values()}  # fmt: skip
+        for group, result in consume_groups(bootstrap, groups, topic, timeout=60).items():
+            assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), group
+
+
+def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
+    """scripts/apache-kafka/pom.xml (what the set-up fetches) and the cluster agree."""
+    pom = (ROOT / "scripts" / "apache-kafka" / "pom.xml").read_text()
+    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in pom
