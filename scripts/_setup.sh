@@ -141,3 +141,28 @@ kt_apache_kafka() {
     -DoutputDirectory="$partial"
   mv "$partial" "$KT_KAFKA_LIB"
 }
+
+# The clients in other languages that the tests run through the tunnel: franz-go from the Go
+# module proxy (go.sum pins it), kafkajs and @platformatic/kafka from npm (package-lock.json
+# pins them) into a cache outside the repository named by the lock file's hash. The Java
+# client is kafka-clients, among Apache Kafka's jars above.
+kt_client_libraries() {
+  local clients="$KT_ROOT/tests/apache/clients" hash target
+  if command -v go >/dev/null 2>&1; then
+    (cd "$clients/go" && go mod download)
+  else
+    kt_log "no Go toolchain: the Go client's tests will say so"
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    kt_log "no npm: the JavaScript clients' tests will say so"
+    return 0
+  fi
+  hash="$(sha256sum "$clients/js/package-lock.json" | cut -c1-12)"
+  target="$HOME/.cache/kafkatunnel/js-clients-$hash"
+  if [ -d "$target/node_modules" ]; then return 0; fi
+  kt_log "installing the JavaScript clients into $target"
+  rm -rf "$target.partial" && mkdir -p "$target.partial"
+  cp "$clients/js/package.json" "$clients/js/package-lock.json" "$target.partial/"
+  (cd "$target.partial" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  mv "$target.partial" "$target"
+}

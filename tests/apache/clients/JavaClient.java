@@ -1,0 +1,63 @@
+// The Apache Kafka Java client (kafka-clients, from the cached jars) as an application
+// uses it, for the tests: compiled by them with javac.
+//   java JavaClient produce BOOTSTRAP TOPIC COUNT
+//   java JavaClient consume BOOTSTRAP TOPIC GROUP COUNT PROTOCOL   (classic or consumer)
+// Prints PRODUCED n or CONSUMED n (after committing), within 60 seconds.
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class JavaClient {
+    public static void main(String[] args) throws Exception {
+        String mode = args[0], bootstrap = args[1], topic = args[2];
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        if (mode.equals("produce")) {
+            int count = Integer.parseInt(args[3]);
+            props.put("key.serializer", StringSerializer.class.getName());
+            props.put("value.serializer", StringSerializer.class.getName());
+            props.put("acks", "all");
+            try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
+                for (int i = 0; i < count; i++) {
+                    sent.add(producer.send(new ProducerRecord<>(topic, "java-" + i)));
+                }
+                int acked = 0;
+                for (Future<RecordMetadata> each : sent) {
+                    each.get();
+                    acked++;
+                }
+                System.out.println("PRODUCED " + acked);
+            }
+        } else {
+            String group = args[3];
+            int count = Integer.parseInt(args[4]);
+            props.put("group.id", group);
+            props.put("group.protocol", args[5]);
+            props.put("auto.offset.reset", "earliest");
+            props.put("enable.auto.commit", "false");
+            props.put("key.deserializer", StringDeserializer.class.getName());
+            props.put("value.deserializer", StringDeserializer.class.getName());
+            int consumed = 0;
+            try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+                consumer.subscribe(List.of(topic));
+                long deadline = System.currentTimeMillis() + 60_000;
+                while (consumed < count && System.currentTimeMillis() < deadline) {
+                    ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                    consumed += records.count();
+                }
+                consumer.commitSync(Duration.ofSeconds(30));
+            }
+            System.out.println("CONSUMED " + consumed);
+        }
+    }
+}

@@ -1,0 +1,292 @@
+"""Clients in every language users write, each producing and consuming with a group on
+every coordinator of Apache Kafka through one `kafkatunnel up`: the Java client (compiled
+here with javac against the cached kafka-clients), librdkafka (confluent-kafka, kcat),
+aiokafka, kafka-python, franz-go (Go module proxy) and kafkajs and @platformatic/kafka
+(npm). docs/clients.md is the table these tests stand behind."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkatunnel.localcluster.apache import ApacheKafka
+from kafkatunnel.localcluster.workload import consume_group, produce
+from tests.apache.test_apache_kafka import tunnel
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+MESSAGES = 20
+DEADLINE = 90  # seconds for one client run, start-up included
+
+# A client: produce(bootstrap, topic, count) -> acknowledged; consume(bootstrap, topic,
+# group, count) -> consumed (and committed).
+Produce = Callable[[str, str, int], int]
+Consume = Callable[[str, str, str, int], int]
+
+
+@pytest.fixture(scope="module")
+def through(apache_kafka: ApacheKafka) -> Iterator[str]:
+    """One tunnel for every client of this module."""
+    with tunnel(apache_kafka) as bootstrap:
+        yield bootstrap
+
+
+def _said(argv: list[str], word: str, cwd: Path | None = None) -> int:
+    """The count after `word` in a client program's output (PRODUCED n, CONSUMED n)."""
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE, cwd=cwd)
+    for line in result.stdout.splitlines():
+        if line.startswith(word + " "):
+            return int(line.split()[1])
+    raise AssertionError(
+        f"{argv[0]} said no {word}: {result.stdout[-500:]} {result.stderr[-2000:]}"
+    )
+
+
+# -- the Java client ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("javac") is None:
+        pytest.fail("javac is missing: scripts/test installs openjdk-17-jdk-headless")
+    out = tmp_path_factory.mktemp("java-client")
+    subprocess.run(["javac", "-cp", f"{apache_kafka.lib}/*", "-d", str(out),
+                    str(CLIENTS / "JavaClient.java")], check=True, timeout=180)  # fmt: skip
+    return f"{apache_kafka.lib}/*:{out}"
+
+
+def java(classpath: str, protocol: str) -> tuple[Produce, Consume]:
+    base = ["java", "-Xmx256m", "-cp", classpath, "JavaClient"]
+    return (
+        lambda b, t, n: _said([*base, "produce", b, t, str(n)], "PRODUCED"),
+        lambda b, t, g, n: _said([*base, "consume", b, t, g, str(n), protocol], "CONSUMED"),
+    )
+
+
+# -- librdkafka -----------------------------------------------------------------------------
+
+
+def confluent(protocol: str) -> tuple[Produce, Consume]:
+    config = {"group.protocol": protocol}
+    return (
+        lambda b, t, n: produce(b, t, n),
+        lambda b, t, g, n: consume_group(b, g, t, n, timeout=60, config=config).consumed,
+    )
+
+
+def kcat_produce(bootstrap: str, topic: str, count: int) -> int:
+    lines = "".join(f"kcat-{i}\n" for i in range(count))
+    subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", topic, "-X", "acks=all"],
+                   input=lines, text=True, check=True, timeout=DEADLINE)  # fmt: skip
+    return count  # kcat -P exits non-zero unless every message was delivered
+
+
+def kcat_consume(bootstrap: str, topic: str, group: str, count: int) -> int:
+    result = subprocess.run(
+        ["kcat", "-q", "-b", bootstrap, "-G", group, "-o", "beginning", "-c", str(count), topic],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    return len(result.stdout.splitlines())
+
+
+# -- Python, pure -----------------------------------------------------------------------------
+
+
+def aiokafka_produce(bootstrap: str, topic: str, count: int) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i in range(count):
+                await producer.send_and_wait(topic, f"aiokafka-{i}".encode())
+        finally:
+            await producer.stop()
+        return count
+
+    return asyncio.run(run())
+
+
+def aiokafka_consume(bootstrap: str, topic: str, group: str, count: int) -> int:
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> int:
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+        )  # fmt: skip
+        await consumer.start()
+        consumed, deadline = 0, time.monotonic() + 60
+        try:
+            while consumed < count and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                consumed += sum(len(records) for records in batch.values())
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return consumed
+
+    return asyncio.run(run())
+
+
+def kafka_python_produce(bootstrap: str, topic: str, count: int) -> int:
+    from kafka import KafkaProducer  # type: ignore[import-untyped]
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        sent = [producer.send(topic, f"kafka-python-{i}".encode()) for i in range(count)]
+        return sum(1 for future in sent if future.get(timeout=60))
+    finally:
+        producer.close()
+
+
+def kafka_python_consume(bootstrap: str, topic: str, group: str, count: int) -> int:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)  # fmt: skip
+    consumed, deadline = 0, time.monotonic() + 60
+    try:
+        while consumed < count and time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=500)
+            consumed += sum(len(records) for records in batch.values())
+        consumer.commit()
+    finally:
+        consumer.close()
+    return consumed
+
+
+# -- Go and JavaScript ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def go_client(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("go") is None:
+        pytest.fail("no Go toolchain: the Go client cannot be built")
+    binary = tmp_path_factory.mktemp("go-client") / "client"
+    subprocess.run(["go", "build", "-mod=readonly", "-o", str(binary), "."],
+                   cwd=CLIENTS / "go", check=True, timeout=300)  # fmt: skip
+    return str(binary)
+
+
+def go(binary: str) -> tuple[Produce, Consume]:
+    return (
+        lambda b, t, n: _said([binary, "produce", b, t, str(n)], "PRODUCED"),
+        lambda b, t, g, n: _said([binary, "consume", b, t, g, str(n)], "CONSUMED"),
+    )
+
+
+@pytest.fixture(scope="module")
+def js_client() -> str:
+    """client.mjs beside the npm packages the set-up installed (in its cache)."""
+    lock = (CLIENTS / "js" / "package-lock.json").read_bytes()
+    cache = (
+        Path.home()
+        / ".cache"
+        / "kafkatunnel"
+        / f"js-clients-{hashlib.sha256(lock).hexdigest()[:12]}"
+    )
+    if not (cache / "node_modules").is_dir():
+        pytest.fail(f"the JavaScript clients are not installed in {cache}: scripts/test does")
+    shutil.copy(CLIENTS / "js" / "client.mjs", cache / "client.mjs")
+    return str(cache / "client.mjs")
+
+
+def javascript(script: str, library: str) -> tuple[Produce, Consume]:
+    base = ["node", script, library]
+    return (
+        lambda b, t, n: _said([*base, "produce", b, t, str(n)], "PRODUCED"),
+        lambda b, t, g, n: _said([*base, "consume", b, t, g, str(n)], "CONSUMED"),
+    )
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+def every_coordinator(
+    kafka: ApacheKafka, bootstrap: str, name: str, client: tuple[Produce, Consume]
+) -> None:
+    """The client produces MESSAGES, then a group on each broker consumes them all."""
+    produce_with, consume_with = client
+    topic = f"clients-{name}-{uuid.uuid4().hex[:6]}"
+    assert produce_with(bootstrap, topic, MESSAGES) == MESSAGES
+    spread = kafka.groups_by_coordinator(1, prefix=f"{topic}-g")
+    assert sorted(spread) == [0, 1, 2]
+    consumed = {node: consume_with(bootstrap, topic, group, MESSAGES)
+                for node, (group,) in sorted(spread.items())}  # fmt: skip
+    assert consumed == {0: MESSAGES, 1: MESSAGES, 2: MESSAGES}, consumed
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_the_java_client(
+    apache_kafka: ApacheKafka, through: str, java_classes: str, protocol: str
+) -> None:
+    every_coordinator(apache_kafka, through, f"java-{protocol}", java(java_classes, protocol))
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_confluent_kafka(apache_kafka: ApacheKafka, through: str, protocol: str) -> None:
+    every_coordinator(apache_kafka, through, f"confluent-{protocol}", confluent(protocol))
+
+
+def test_kcat(apache_kafka: ApacheKafka, through: str) -> None:
+    every_coordinator(apache_kafka, through, "kcat", (kcat_produce, kcat_consume))
+
+
+def test_aiokafka(apache_kafka: ApacheKafka, through: str) -> None:
+    every_coordinator(apache_kafka, through, "aiokafka", (aiokafka_produce, aiokafka_consume))
+
+
+def test_kafka_python(apache_kafka: ApacheKafka, through: str) -> None:
+    client = (kafka_python_produce, kafka_python_consume)
+    every_coordinator(apache_kafka, through, "kafka-python", client)
+
+
+def test_franz_go(apache_kafka: ApacheKafka, through: str, go_client: str) -> None:
+    every_coordinator(apache_kafka, through, "franz-go", go(go_client))
+
+
+@pytest.mark.parametrize("library", ["kafkajs", "platformatic"])
+def test_javascript(apache_kafka: ApacheKafka, through: str, js_client: str, library: str) -> None:
+    every_coordinator(apache_kafka, through, library, javascript(js_client, library))
+
+
+def test_docs_clients_md_names_the_versions_tested() -> None:
+    """docs/clients.md's table gives the version of each client that these tests ran."""
+    import json
+    import re
+
+    import aiokafka
+    import confluent_kafka
+    import kafka
+
+    from kafkatunnel.localcluster.apache import KAFKA_VERSION
+
+    table = (Path(__file__).resolve().parents[2] / "docs" / "clients.md").read_text()
+    rows = {row.split("|")[1].strip(): row.split("|")[3].strip()
+            for row in table.splitlines() if row.startswith("| ") and "---" not in row}  # fmt: skip
+    go_mod = (CLIENTS / "go" / "go.mod").read_text()
+    franz = re.search(r"github.com/twmb/franz-go v(\S+)", go_mod)
+    npm = json.loads((CLIENTS / "js" / "package.json").read_text())["dependencies"]
+    assert franz is not None
+    expected = {
+        "Apache Kafka Java client (`kafka-clients`)": KAFKA_VERSION,
+        "confluent-kafka (librdkafka)":
+            f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})",
+        "aiokafka": aiokafka.__version__,
+        "kafka-python": kafka.__version__,
+        "franz-go": franz.group(1),
+        "kafkajs": npm["kafkajs"],
+        "@platformatic/kafka": npm["@platformatic/kafka"],
+        "Kafka's tools (`kafka-topics`, `kafka-consumer-groups`)": KAFKA_VERSION,
+    }  # fmt: skip
+    for client, version in expected.items():
+        assert rows.get(client) == version, (client, rows.get(client), version)
