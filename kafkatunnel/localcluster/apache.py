@@ -267,3 +267,72 @@ class ApacheKafka:
                 return False
 
         wait_for(ready, timeout=START_TIMEOUT, interval=0.5, what="Apache Kafka to start")
+
+
+class OneForward:
+    """The field report's workaround, on this cluster: a laptop (a network namespace of its
+    own) whose hosts file sends every broker name to 127.0.0.1, where one forward carries
+    each connection to broker 0 (socat, as `kubectl port-forward kafka-0 9092:9092` would),
+    optionally captured on the laptop's loopback by tcpdump, as a team would capture it."""
+
+    def __init__(self, kafka: ApacheKafka, capture: Path | None = None) -> None:
+        self.kafka = kafka
+        self.capture = capture
+        self.laptop: NetworkNamespace | None = None
+        self.processes: list[ManagedProcess] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap()
+
+    def start(self) -> OneForward:
+        port = LISTENERS["plain"]
+        hosts = {broker_host(n): "127.0.0.1" for n in range(self.kafka.nodes)}
+        try:
+            self.laptop = NetworkNamespace(hosts=hosts)
+            into = " ".join(self.kafka.inside([]))
+            target = f"socat STDIO TCP\\:{broker_address(0)}\\:{port}"
+            forward = ManagedProcess(
+                [*self.laptop.exec_prefix(), "socat",
+                 f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"EXEC:{into} {target}"],
+                name="one-forward",
+            )  # fmt: skip
+            self.processes.append(forward)
+            forward.wait_accepting(port, timeout=10, connect=self._connect)
+            if self.capture is not None:
+                tcpdump = ManagedProcess(
+                    [*self.laptop.exec_prefix(), "tcpdump", "-i", "lo", "-U", "-w",
+                     str(self.capture), f"tcp port {port}"],
+                    name="tcpdump",
+                )  # fmt: skip
+                self.processes.append(tcpdump)
+                tcpdump.wait_for_line(r"listening on lo", timeout=10)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _connect(self, host: str, port: int) -> socket.socket:
+        assert self.laptop is not None
+        return self.laptop.connect(host, port)
+
+    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """A command on the laptop, where every broker name leads to the one forward."""
+        assert self.laptop is not None
+        return subprocess.run([*self.laptop.exec_prefix(), *argv], capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # tcpdump first: it writes what it has
+            with contextlib.suppress(Exception):
+                process.stop()
+        self.processes.clear()
+        if self.laptop is not None:
+            self.laptop.close()
+            self.laptop = None
+
+    def __enter__(self) -> OneForward:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -223,7 +223,9 @@ def consume_groups(
 
 USAGE = """usage: python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT [N]
        python -m kafkatunnel.localcluster.workload consume BOOTSTRAP GROUP TOPIC COUNT [SECONDS]
-N: the partition to produce to; SECONDS: how long to wait for COUNT messages (60).
+       python -m kafkatunnel.localcluster.workload transact BOOTSTRAP TOPIC ID COUNT [SECONDS]
+N: the partition to produce to; SECONDS: how long to wait for COUNT messages (60), or for
+the transaction of COUNT messages as transactional id ID to commit (30).
 Extra client settings (e.g. TLS) as JSON in KAFKATUNNEL_CLIENT_CONFIG."""
 
 
@@ -244,6 +246,15 @@ def main(argv: list[str]) -> int:
                                config=config)  # fmt: skip
         print(f"CONSUMED {result.consumed} NOT_COORDINATOR {result.not_coordinator}", flush=True)
         return 0 if result.consumed == int(argv[4]) else 1
+    if len(argv) in (5, 6) and argv[0] == "transact" and all(a.isdigit() for a in argv[4:]):
+        timeout = float(argv[5]) if len(argv) == 6 else 30.0
+        try:
+            produce_transaction(argv[1], argv[2], argv[3], int(argv[4]), timeout=timeout)
+        except confluent_kafka.KafkaException as error:
+            print(f"FAILED {error}", flush=True)
+            return 1
+        print(f"COMMITTED {argv[4]}", flush=True)
+        return 0
     print(USAGE, file=sys.stderr)
     return 2
 
