@@ -8,6 +8,8 @@ each on its own address, advertising the names pods get behind a headless servic
     scram  9094  SASL_SSL, SCRAM-SHA-512 (users added at format time, as Kafka documents)
     mtls   9095  SSL with a client certificate from the clients CA required
 
+Share groups (KIP-932, a preview in 4.1) are on: the `share.version` feature is set at format.
+
 The jars come from Maven Central (org.apache.kafka:kafka_2.13 and kafka-tools, the version
 below), fetched once by `scripts/_setup.sh` into a cache outside the repository; Java 17 or
 newer runs them. Nothing here imitates a broker: it writes server.properties, formats the
@@ -245,9 +247,12 @@ class ApacheKafka:
         return path
 
     def _format(self, config: Path) -> None:
+        """Kafka's StorageTool, as Kafka documents it: SCRAM users and the share groups'
+        feature (KIP-932, a preview in 4.1) set at format time."""
         scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
         self.tool("kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
-                  "--config", str(config), "--add-scram", scram, "--ignore-formatted")  # fmt: skip
+                  "--config", str(config), "--add-scram", scram, "--ignore-formatted",
+                  "--feature", "share.version=1")  # fmt: skip
 
     def _wait_ready(self) -> None:
         """Until every broker is in the metadata and a group has a coordinator (the

@@ -232,6 +232,26 @@ def test_the_java_client(
     every_coordinator(apache_kafka, through, f"java-{protocol}", java(java_classes, protocol))
 
 
+def test_the_java_client_in_share_groups(
+    apache_kafka: ApacheKafka, through: str, java_classes: str
+) -> None:
+    """KIP-932 share groups (a preview in Kafka 4.1, its `share.version` feature on): a share
+    group on every coordinator, each set to start at the earliest record with Kafka's own
+    kafka-configs through the tunnel, reads every message with KafkaShareConsumer."""
+    base = ["java", "-Xmx256m", "-cp", java_classes, "JavaClient"]
+
+    def share(bootstrap: str, topic: str, group: str, count: int) -> int:
+        earliest = "share.auto.offset.reset=earliest"
+        configs = ["java", "-Xmx256m", "-cp", java_classes, "kafka.admin.ConfigCommand",
+                   "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+                   "--entity-name", group, "--add-config", earliest]  # fmt: skip
+        subprocess.run(configs, check=True, capture_output=True, timeout=DEADLINE)
+        return _said([*base, "share", bootstrap, topic, group, str(count)], "CONSUMED")
+
+    client = (java(java_classes, "classic")[0], share)
+    every_coordinator(apache_kafka, through, "java-share", client)
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_confluent_kafka(apache_kafka: ApacheKafka, through: str, protocol: str) -> None:
     every_coordinator(apache_kafka, through, f"confluent-{protocol}", confluent(protocol))

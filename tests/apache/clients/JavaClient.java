@@ -2,6 +2,7 @@
 // uses it, for the tests: compiled by them with javac.
 //   java JavaClient produce BOOTSTRAP TOPIC COUNT
 //   java JavaClient consume BOOTSTRAP TOPIC GROUP COUNT PROTOCOL   (classic or consumer)
+//   java JavaClient share BOOTSTRAP TOPIC GROUP COUNT              (a share group, KIP-932)
 // Prints PRODUCED n or CONSUMED n (after committing), within 60 seconds.
 import java.time.Duration;
 import java.util.ArrayList;
@@ -10,6 +11,7 @@ import java.util.Properties;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -38,6 +40,20 @@ public class JavaClient {
                 }
                 System.out.println("PRODUCED " + acked);
             }
+        } else if (mode.equals("share")) {
+            props.put("group.id", args[3]);
+            props.put("key.deserializer", StringDeserializer.class.getName());
+            props.put("value.deserializer", StringDeserializer.class.getName());
+            int count = Integer.parseInt(args[4]), consumed = 0;
+            try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
+                consumer.subscribe(List.of(topic));
+                long deadline = System.currentTimeMillis() + 60_000;
+                while (consumed < count && System.currentTimeMillis() < deadline) {
+                    consumed += consumer.poll(Duration.ofMillis(200)).count();
+                }
+                consumer.commitSync(Duration.ofSeconds(30)); // acknowledges what was delivered
+            }
+            System.out.println("CONSUMED " + consumed);
         } else {
             String group = args[3];
             int count = Integer.parseInt(args[4]);
