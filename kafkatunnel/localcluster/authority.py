@@ -14,17 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kafkatunnel.tunnel.client_tls import CA_USAGE
+
 DAYS = 30
-CA_USAGE = x509.KeyUsage(
-    digital_signature=True, content_commitment=False, key_encipherment=False,
-    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-    crl_sign=True, encipher_only=False, decipher_only=False,
-)  # fmt: skip
-CA_USAGE = x509.KeyUsage(
-    digital_signature=True, content_commitment=False, key_encipherment=False,
-    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-    crl_sign=True, encipher_only=False, decipher_only=False,
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
