@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, isolation_problem
-from kafkatunnel.localcluster.apache import ApacheKafka
 from kafkatunnel.localcluster.netns import list_harness_namespaces
 
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
@@ -26,16 +25,6 @@ def cluster() -> Iterator[LocalCluster]:
         pytest.skip(f"needs network isolation, which is unavailable: {problem}")
     with LocalCluster(isolate=True) as local:
         yield local
-
-
-@pytest.fixture(scope="session")
-def apache_kafka() -> Iterator[ApacheKafka]:
-    """Apache Kafka, three KRaft nodes in a network of their own, for the session."""
-    problem = isolation_problem()
-    if problem:
-        pytest.skip(f"needs network isolation, which is unavailable: {problem}")
-    with ApacheKafka() as kafka:
-        yield kafka
 
 
 @pytest.fixture(scope="session")

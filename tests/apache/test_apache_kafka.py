@@ -1,7 +1,7 @@
 """Apache Kafka itself behind `kafkatunnel up`: three KRaft nodes from Maven Central
 (kafkatunnel/localcluster/apache.py) advertising Kubernetes names in a network of their
 own, with Strimzi's plain, TLS, SCRAM-over-TLS and mutual-TLS listeners. The cluster is
-started once for the session (the `apache_kafka` fixture) and shared."""
+started once for this package's tests (the `apache_kafka` fixture) and shared."""
 
 from __future__ import annotations
 
