@@ -177,9 +177,14 @@ class ApacheKafka:
         return self
 
     def stop(self) -> None:
-        for process in self.processes:
+        """Every node at once: one by one, the last waits out the quorum it lost."""
+
+        def stop(process: ManagedProcess) -> None:
             with contextlib.suppress(Exception):
                 process.stop(timeout=10)
+
+        with ThreadPoolExecutor(max(len(self.processes), 1)) as pool:
+            list(pool.map(stop, self.processes))
         self.processes.clear()
         if self.namespace is not None:
             self.namespace.close()
