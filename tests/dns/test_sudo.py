@@ -27,6 +27,7 @@ from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
+from tests.proc import socket_inodes
 
 ROOT = Path(__file__).resolve().parents[2]
 TANSU_HOST_ADDRESS = "127.0.0.2"  # the shim's first address: the tansu broker's name
@@ -93,16 +94,6 @@ def _sockets(pid: int) -> dict[int, str]:
     return found
 
 
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(int(target[8:-1]))
-    return inodes
-
-
 def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
     cluster: LocalCluster, readable_python: list[str]
 ) -> None:
@@ -159,14 +150,14 @@ def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
 
                 # who holds what: the listeners and port 53 are the child's, root has none
                 sockets = _sockets(child)
-                held = {i: sockets[i] for i in _socket_inodes(child) if i in sockets}
+                held = {i: sockets[i] for i in socket_inodes(child) if i in sockets}
                 served = sorted(v for v in held.values() if v.endswith("LISTEN") or "udp" in v)
                 assert "udp 127.0.0.1:53" in served, served
                 assert "tcp 127.0.0.1:53 LISTEN" in served, served
                 assert f"tcp {TANSU_HOST_ADDRESS}:9092 LISTEN" in served, served
                 assert "tcp 127.0.0.1:9092 LISTEN" in served, served  # bootstrap.servers
-                assert not _socket_inodes(root) & set(sockets), {
-                    i: sockets[i] for i in _socket_inodes(root) if i in sockets
+                assert not socket_inodes(root) & set(sockets), {
+                    i: sockets[i] for i in socket_inodes(root) if i in sockets
                 }
                 os.kill(child, signal.SIGTERM)  # as `kafkatunnel down` by the user does
                 assert tunnel.popen.wait(timeout=20) == 0, tunnel.output()

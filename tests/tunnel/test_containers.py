@@ -4,8 +4,6 @@ a name that resolves only inside it (--advertise)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import socket
 import subprocess
@@ -21,6 +19,7 @@ from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig, containers
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.tunnel import Audience
+from tests.proc import socket_inodes
 from tests.tunnel.container import HOST_ADDRESS, HOST_NAME, Container
 
 MESSAGES = 30
@@ -130,12 +129,7 @@ def test_for_containers_serves_the_bridge_and_loopback_in_one_run(
 
 def listening_addresses(pid: int) -> set[str]:
     """The addresses a process's listening TCP sockets are bound to (IPv4 and IPv6)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
+    inodes = {str(inode) for inode in socket_inodes(pid)}
     found = set()
     for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
