@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kafkatunnel.tunnel.client_tls import CA_USAGE
+from kafkatunnel.tunnel.tls import CA_USAGE
 
 NOW = datetime.datetime.now(datetime.UTC)
 

@@ -16,7 +16,6 @@ import contextlib
 import os
 import shlex
 import socket
-import ssl
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ from typing import cast
 
 from kafkatunnel.pids import die_with_parent
 from kafkatunnel.probe import split_address
-from kafkatunnel.tunnel.relay import READ_SIZE, read_some, write_all
+from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream, PlainStream
 
 
 class ForwarderError(Exception):
@@ -38,15 +37,22 @@ class ForwarderError(Exception):
 
 
 class Upstream(ABC):
-    """A byte stream to one broker, as the descriptors the relay reads and writes (one
-    socket for TCP; a process's stdout and stdin for exec)."""
+    """A byte stream to one broker: descriptors (one socket for TCP; a process's stdout and
+    stdin for exec), and the stream the relay reads and writes over them."""
 
     read_fd: int
     write_fd: int
     on_gone: Callable[[], None] | None = None  # the far end went away without an EOF
     refused = False  # the far end refused this client for good (a TLS alert): no retry helps
-    # TLS that the relay reads and writes through itself (over a socket); None: plain bytes
-    ssl_socket: ssl.SSLSocket | None = None
+    _stream: ByteStream | None = None
+
+    @property
+    def stream(self) -> ByteStream:
+        """The bytes as the relay reads and writes them (the descriptors' own, unless a
+        subclass says otherwise), made once, in the event loop."""
+        if self._stream is None:
+            self._stream = PlainStream(self.read_fd, self.write_fd)
+        return self._stream
 
     @abstractmethod
     def close(self) -> None:
@@ -74,11 +80,11 @@ class Upstream(ABC):
 
     async def send(self, data: bytes) -> None:
         """All of data into the stream (outside the relay: probes and discovery)."""
-        await write_all(self.write_fd, data)
+        await self.stream.send(data)
 
     async def receive(self, size: int = READ_SIZE) -> bytes:
         """What the stream has, once it has something (b"": it ended)."""
-        return await read_some(self.read_fd, size)
+        return await self.stream.receive(size)
 
 
 class Forwarder(ABC):
@@ -95,6 +101,10 @@ class Forwarder(ABC):
     def restarts(self, host: str, port: int) -> int:
         """How often the forward to host:port was restarted (forwards that are processes)."""
         return 0
+
+    def session(self, host: str, port: int) -> dict[str, object] | None:
+        """The last TLS session with host:port, for status (None: none, or no TLS)."""
+        return None
 
     def replacements(self, host: str, port: int) -> int:
         """How often a forward to host:port that was alive but useless was replaced."""

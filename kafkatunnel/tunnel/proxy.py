@@ -19,7 +19,8 @@ from kafkatunnel.protocol.rewrite import BrokerAddress
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
-from kafkatunnel.tunnel.tls import TlsStream, accept_tls
+from kafkatunnel.tunnel.streams import ByteStream, PlainStream
+from kafkatunnel.tunnel.tls import TlsUpstream, accept_tls
 
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
@@ -53,7 +54,7 @@ class ClientConnection:
         self.zero_copy = zero_copy
         self.learn = learn  # brokers the answers name, given tunnel addresses
         self.client_tls = client_tls  # serve the client TLS (--client-tls)
-        self.client_stream: TlsStream | None = None  # the client's plaintext, then
+        self.client_tls_session: TlsUpstream | None = None  # with a client of --client-tls
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
         self.upstream: Upstream | None = None
@@ -104,8 +105,11 @@ class ClientConnection:
         self.upstream = upstream
         upstream.on_gone = lambda: self._upstream_ended(None)
         assert self.sock is not None
-        client = self.sock.fileno() if self.client_stream is None else self.client_stream.read_fd
-        client_tls = None if self.client_stream is None else self.client_stream.ssl_socket
+        client: ByteStream = (
+            PlainStream(self.sock.fileno(), self.sock.fileno())
+            if self.client_tls_session is None
+            else self.client_tls_session.stream
+        )
         recording = self.recording
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a PassThrough's opaque bytes) reads them all.
@@ -118,18 +122,16 @@ class ClientConnection:
         self.pumps = [
             Pump(
                 client,
-                upstream.write_fd,
+                upstream.stream,
                 self.exchange.requests,
                 zero_copy=zero_copy,
                 on_bytes=self._from_client,
                 on_source_end=self._client_ended,
                 on_sink_error=self._upstream_ended,
                 on_chunks=None if streamed is None else streamed.from_client,
-                source_tls=client_tls,
-                sink_tls=upstream.ssl_socket,
             ),
             Pump(
-                upstream.read_fd,
+                upstream.stream,
                 client,
                 self.exchange.responses,
                 zero_copy=zero_copy,
@@ -138,8 +140,6 @@ class ClientConnection:
                 on_sink_error=lambda _: self.close(),  # the client went away
                 on_chunks=None if streamed is None else streamed.to_client,
                 learn=self.learn,
-                source_tls=upstream.ssl_socket,
-                sink_tls=client_tls,
             ),
         ]
         for pump in self.pumps:
@@ -206,7 +206,7 @@ class ClientConnection:
         """The client's TLS handshake; False (the connection failed, saying why) if none."""
         assert self.sock is not None
         try:
-            self.client_stream = await asyncio.wait_for(
+            self.client_tls_session = await asyncio.wait_for(
                 accept_tls(self.sock, context), self.connect_timeout
             )
         except (ssl.SSLError, ForwarderError, OSError, TimeoutError) as error:
@@ -248,8 +248,8 @@ class ClientConnection:
                 )
         for pump in self.pumps:
             pump.close()
-        if self.client_stream is not None:
-            self.client_stream.release()
+        if self.client_tls_session is not None:
+            self.client_tls_session.release()
         if self.sock is not None:
             self.sock.close()
         if self.upstream is not None:

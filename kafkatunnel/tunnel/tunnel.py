@@ -38,7 +38,6 @@ from kafkatunnel.protocol.passage import Exchange, PassThrough
 from kafkatunnel.protocol.rewrite import BrokerAddress, Mapper, rewrite_caps
 from kafkatunnel.protocol.schema import api_title
 from kafkatunnel.ratelimit import RateLimitedLog
-from kafkatunnel.tunnel.client_tls import listener_tls
 from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers
@@ -47,7 +46,7 @@ from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
-from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context
+from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context, listener_tls
 
 log = logging.getLogger("kafkatunnel.tunnel")
 PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
@@ -616,8 +615,7 @@ class Tunnel:
         for endpoint in self.endpoints():  # forwards change state: describe them now
             host, port = endpoint.advertised_host, endpoint.advertised_port
             endpoint.route = self.forwarder.describe(host, port)
-            if isinstance(self.forwarder, TlsForwarder):
-                endpoint.tls = self.forwarder.session(host, port)
+            endpoint.tls = self.forwarder.session(host, port)
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,

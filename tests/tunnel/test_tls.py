@@ -31,13 +31,13 @@ from kafkatunnel.localcluster.workload import (
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.tunnel.client_tls import listener_tls
 from kafkatunnel.tunnel.reachability import Unreachable
 from kafkatunnel.tunnel.tls import (
     TlsForwarder,
     TlsOptions,
     TlsSetupError,
     client_context,
+    listener_tls,
     pkcs12_pem,
 )
 from kafkatunnel.verify.job import verify_local

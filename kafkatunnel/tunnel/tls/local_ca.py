@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kafkatunnel.files import create_private, state_dir, state_directory, write_whole
-from kafkatunnel.tunnel.tls import load_pem_chain
+from kafkatunnel.tunnel.tls.options import load_pem_chain
 
 CA_NAME = "kafkatunnel local CA"
 CA_DAYS = 3650
