@@ -23,7 +23,7 @@ from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
 from kafkatunnel.probe import ProbeConnection, split_address
-from kafkatunnel.protocol.coordinator import NOT_COORDINATOR
+from kafkatunnel.protocol import NOT_COORDINATOR
 
 PASS, FAIL, SKIP, WARN = "pass", "fail", "skip", "warn"  # warn: works now, will not for long
 CERTIFICATE_WARNING_DAYS = 14

@@ -19,9 +19,13 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kafkatunnel.protocol.framing import FrameDecoder, frame
-from kafkatunnel.protocol.headers import response_body_offset, top_level_error
-from kafkatunnel.protocol.schema import api_title
+from kafkatunnel.protocol import (
+    FrameDecoder,
+    api_title,
+    frame,
+    response_body_offset,
+    top_level_error,
+)
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
 OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_TRANSACTIONS = 9, 11, 12, 13, 65

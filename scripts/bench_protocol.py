@@ -158,7 +158,7 @@ def fuzz(cases: int) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from kafkatunnel.protocol.fuzz import exercise
+    from tests.protocol.fuzz import exercise
 
     count = 0
 

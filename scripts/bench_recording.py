@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,8 +46,7 @@ from kio.schema.produce.v9.response import (
 from kio.static.primitive import i32Timedelta
 
 from kafkatunnel.capture.recorder import Listener, Recorder, Recording
-from kafkatunnel.protocol.passage import Direction, Exchange
-from kafkatunnel.protocol.rewrite import rewrite_caps
+from kafkatunnel.protocol import Direction, Exchange, FramePassed, rewrite_caps
 from kafkatunnel.tunnel.relay import HEAD_READ, PIPE_SIZE, SPLICE_MIN
 from tests.kio_messages import encode, request_frame, response_frame
 
@@ -81,18 +81,26 @@ def answer(correlation_id: int) -> bytes:
                           correlation_id)  # fmt: skip
 
 
-def relay(direction: Direction, data: bytes, read_size: int) -> None:
-    """Feed one frame as the relay's Pump does (splice when enough may pass unread)."""
+def relay(
+    direction: Direction,
+    data: bytes,
+    read_size: int,
+    on_frames: Callable[[Sequence[FramePassed]], None] | None,
+) -> None:
+    """Feed one frame as the relay's Pump does (splice when enough may pass unread), handing
+    the frames that passed to on_frames."""
     pos = 0
     while pos < len(data):
         if direction.unread >= SPLICE_MIN:
             moved = min(direction.unread, PIPE_SIZE)
-            direction.skip(moved)
+            frames = direction.skip(moved)
             pos += moved
-            continue
-        chunk = data[pos : pos + read_size]
-        pos += len(chunk)
-        direction.feed(chunk)
+        else:
+            chunk = data[pos : pos + read_size]
+            pos += len(chunk)
+            frames = direction.feed(chunk).frames
+        if frames and on_frames is not None:
+            on_frames(frames)
 
 
 def run(mode: str, requests: int, size: int) -> float:
@@ -104,12 +112,15 @@ def run(mode: str, requests: int, size: int) -> float:
         recorder = Recorder(Path(tempfile.mkdtemp(prefix="kafkatunnel-bench-recording-")))
         listener = Listener(111, f"{TOPIC}:9092", "127.0.0.1:9093")
         recording = recorder.connection(listener, ("127.0.0.1", 50000), ("127.0.0.1", 9093))
-        exchange.observe(recording.request, recording.response)
+        exchange.observe()
     # What start-up made is never collected: frozen out of the GC's sight, so that a full
     # collection (some 12 million instructions over the imports' objects) falling in one
     # run and not in the other does not count as the requests' cost.
     gc.collect()
     gc.freeze()
+
+    on_requests = None if recording is None else recording.requests
+    on_responses = None if recording is None else recording.responses
 
     async def relayed() -> float:
         """Inside an event loop, as in the tunnel: the recorder hands its blocks to its
@@ -117,8 +128,8 @@ def run(mode: str, requests: int, size: int) -> float:
         start = time.perf_counter()
         for index in range(requests):
             request, response = frames[index % len(frames)]
-            relay(exchange.requests, request, HEAD_READ)
-            relay(exchange.responses, response, 256 << 10)
+            relay(exchange.requests, request, HEAD_READ, on_requests)
+            relay(exchange.responses, response, 256 << 10, on_responses)
         return (time.perf_counter() - start) / max(requests, 1)
 
     seconds = asyncio.run(relayed())

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafkatunnel.capture.packets import Capture
 from kafkatunnel.capture.recorder import Listener, Recorder
-from kafkatunnel.protocol.framing import FrameDecoder
+from kafkatunnel.protocol import FrameDecoder
 from kafkatunnel.verify.calls import listener_of
 from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
 

@@ -20,9 +20,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kafkatunnel.protocol.framing import frame
-from kafkatunnel.protocol.headers import response_header_version
-from kafkatunnel.protocol.rewrite import BrokerAddress
+from kafkatunnel.protocol import BrokerAddress, frame, response_header_version
 
 
 def _register_kio_strategies() -> None:

@@ -102,3 +102,41 @@ def test_no_private_module_of_another_package_is_imported() -> None:
                 ):
                     private.append(f"{module_name(path)} imports {name}")
     assert private == []
+
+
+def test_callers_of_the_protocol_package_import_only_its_public_names() -> None:
+    """kafkatunnel.protocol's modules are its own business: the tunnel, the recorder, the
+    verifier, the scripts and the tests of anything else use the names it exports. (Its
+    own tests, in tests/protocol, test its modules.)"""
+    import kafkatunnel.protocol
+
+    public = set(kafkatunnel.protocol.__all__)
+    root = PACKAGE.parent
+    inside = (PACKAGE / "protocol", root / "tests" / "protocol")
+    callers = [
+        path
+        for folder in (PACKAGE, root / "scripts", root / "tests")
+        for path in folder.rglob("*.py")
+        if not any(path.is_relative_to(own) for own in inside)
+    ]
+    assert len(callers) > 100  # the whole house was read
+    wrong = []
+    for path in callers:
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                wrong += [
+                    f"{where}: import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("kafkatunnel.protocol.")
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.startswith("kafkatunnel.protocol."):
+                    wrong.append(f"{where}: from {node.module} import ...")
+                elif node.module == "kafkatunnel.protocol":
+                    wrong += [
+                        f"{where}: {a.name} is not in kafkatunnel.protocol.__all__"
+                        for a in node.names
+                        if a.name not in public
+                    ]
+    assert wrong == [], "\n".join(wrong)

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -26,7 +26,7 @@ from kafkatunnel import __version__
 from kafkatunnel.capture import pcapng
 from kafkatunnel.capture.trace import Address, ConnectionTrace
 from kafkatunnel.files import create_private, private_dir
-from kafkatunnel.protocol.passage import Part, ReadRequest, RecordSpans
+from kafkatunnel.protocol import FramePassed, Part, ReadRequest, RecordSpans
 
 log = logging.getLogger("kafkatunnel.recorder")
 DEFAULT_ROTATE_BYTES = 64 * 1024 * 1024
@@ -346,16 +346,14 @@ class Recording:
         if packets:
             self.recorder.write(self.interface, packets)
 
-    def request(
-        self, parts: list[Part], records: RecordSpans | None, request: ReadRequest | None
-    ) -> None:
-        """A request as the tunnel's Exchange passed it on (see passage.FrameSeen)."""
-        self.recorder.frame(self, False, parts, records, request)
+    def requests(self, frames: Sequence[FramePassed]) -> None:
+        """Requests as the tunnel's Exchange passed them on (see passage.FramePassed)."""
+        for passed in frames:
+            self.recorder.frame(self, False, *passed)
 
-    def response(
-        self, parts: list[Part], records: RecordSpans | None, _: ReadRequest | None
-    ) -> None:
-        self.recorder.frame(self, True, parts, records, None)
+    def responses(self, frames: Sequence[FramePassed]) -> None:
+        for parts, records, _ in frames:
+            self.recorder.frame(self, True, parts, records, None)
 
     def closed(self) -> None:
         self.recorder.write(self.interface, self.trace.closed())

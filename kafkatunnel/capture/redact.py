@@ -20,23 +20,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kafkatunnel.protocol import wire
-from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
-from kafkatunnel.protocol.framing import SIZE_PREFIX
-from kafkatunnel.protocol.headers import (
-    RequestHeader,
-    response_body_offset,
-    response_header_version,
-)
-from kafkatunnel.protocol.passage import Part, RecordSpans
-from kafkatunnel.protocol.rewrite import ByteWalk, splice
-from kafkatunnel.protocol.schema import FieldPlan, StructPlan, request_plan, response_plan
-from kafkatunnel.protocol.streaming import (
+from kafkatunnel.protocol import (
     RESPONSE_WALK_START,
+    SIZE_PREFIX,
     TAIL,
+    ByteWalk,
+    FieldPlan,
+    MalformedMessage,
+    Part,
+    ProtocolError,
+    RecordSpans,
+    RequestHeader,
+    StructPlan,
     Walk,
     carrying_records,
+    request_plan,
+    response_body_offset,
+    response_header_version,
+    response_plan,
+    splice,
     walk,
+    wire,
 )
 
 SASL_AUTHENTICATE = 36

@@ -18,10 +18,18 @@ from collections.abc import Iterable
 
 from kafkatunnel.capture.packets import ACK, FIN, MAX_SEGMENT, PSH, SYN, Flow
 from kafkatunnel.capture.redact import redact_request, redact_response
-from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, ProtocolError
-from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
-from kafkatunnel.protocol.headers import expects_response, parse_request_header
-from kafkatunnel.protocol.passage import Part, ReadRequest, RecordSpans
+from kafkatunnel.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    SIZE_PREFIX,
+    FrameSizeError,
+    MalformedMessage,
+    Part,
+    ProtocolError,
+    ReadRequest,
+    RecordSpans,
+    expects_response,
+    parse_request_header,
+)
 
 Address = tuple[str, int]
 SASL_HANDSHAKE = 17

@@ -12,13 +12,13 @@ from kio.schema.errors import ErrorCode
 from kafkatunnel.cli.options import json_option
 from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.probe import Coordinator, ErrorAnswer, find_coordinator, split_address
-from kafkatunnel.protocol.coordinator import (
+from kafkatunnel.protocol import (
     DEFAULT_PARTITIONS,
     GROUP_TOPIC,
     TRANSACTION_TOPIC,
+    ProtocolError,
     partition_for,
 )
-from kafkatunnel.protocol.errors import ProtocolError
 
 
 def coordinator(

@@ -1,8 +1,35 @@
 """Sans-I/O Kafka protocol: framing, headers, correlation, address rewriting, coordinator
-hashing. Pure functions and small state machines over bytes; no sockets, no asyncio."""
+hashing. Pure functions and small state machines over bytes; no sockets, no asyncio, no
+callbacks: what the caller must act on comes back as a value.
 
+This is the package's public face; its modules are its own business (a layering test
+holds callers to these names).
+
+- A proxied connection: an `Exchange` (or, transparent, a `PassThrough`) has two
+  `Direction`s. `feed(bytes)` returns `Fed`: the chunks to pass on, the brokers to learn
+  before it goes on (then `resume()`), and, when observed, the frames that passed whole
+  (`FramePassed`, a recording's events).
+- Frames, headers and errors: `FrameDecoder`, `frame`, `parse_request_header`, ...,
+  and `ProtocolError` with its kinds: what bad input raises, and nothing else.
+- Brokers: `BrokerAddress`, `Mapper` (what the tunnel's registry provides) and the
+  rewriting of the answers that name them.
+- Coordinators: which broker a group or transaction lands on.
+- Reading messages by their schema (recording redaction, verification): plans, walks and
+  the `wire` encodings.
+"""
+
+from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.api_versions import cap_api_versions
-from kafkatunnel.protocol.coordinator import java_string_hash, kafka_abs, partition_for
+from kafkatunnel.protocol.coordinator import (
+    COORDINATOR_ERRORS,
+    DEFAULT_PARTITIONS,
+    GROUP_TOPIC,
+    NOT_COORDINATOR,
+    TRANSACTION_TOPIC,
+    java_string_hash,
+    kafka_abs,
+    partition_for,
+)
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
 from kafkatunnel.protocol.errors import (
     DuplicateCorrelationId,
@@ -14,52 +41,127 @@ from kafkatunnel.protocol.errors import (
     UnmatchedResponse,
     UnsupportedVersion,
 )
-from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, frame
+from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX, FrameDecoder, frame
 from kafkatunnel.protocol.headers import (
     RequestHeader,
     expects_response,
     parse_request_header,
+    response_body_offset,
     response_correlation_id,
+    response_header_version,
+    top_level_error,
+)
+from kafkatunnel.protocol.passage import (
+    REQUEST_HEAD,
+    RESPONSE_HEAD,
+    Chunk,
+    Direction,
+    Exchange,
+    ExchangeStats,
+    Fed,
+    FramePassed,
+    Part,
+    PassThrough,
+    ReadRequest,
+    RecordSpans,
 )
 from kafkatunnel.protocol.rewrite import (
     REWRITTEN_APIS,
     BrokerAddress,
+    ByteWalk,
     Mapper,
     Rewritten,
+    UnknownBroker,
     addresses_in,
+    keep_address,
     needs_rewrite,
     rewrite_caps,
     rewrite_response,
+    splice,
 )
+from kafkatunnel.protocol.schema import (
+    FieldPlan,
+    StructPlan,
+    api_name,
+    api_title,
+    known_versions,
+    request_plan,
+    response_plan,
+)
+from kafkatunnel.protocol.streaming import RESPONSE_WALK_START, TAIL, Walk, carrying_records, walk
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped as the docstring tells them
+    # a proxied connection
+    "Chunk",
+    "Direction",
+    "Exchange",
+    "ExchangeStats",
+    "Fed",
+    "FramePassed",
+    "Part",
+    "PassThrough",
+    "ReadRequest",
+    "RecordSpans",
+    "REQUEST_HEAD",
+    "RESPONSE_HEAD",
+    # frames and headers
     "DEFAULT_MAX_FRAME_SIZE",
-    "REWRITTEN_APIS",
-    "BrokerAddress",
+    "SIZE_PREFIX",
     "CorrelationTracker",
-    "DuplicateCorrelationId",
     "FrameDecoder",
-    "FrameSizeError",
     "InFlight",
-    "MalformedMessage",
-    "Mapper",
-    "ProtocolError",
     "RequestHeader",
-    "Rewritten",
+    "cap_api_versions",
+    "expects_response",
+    "frame",
+    "parse_request_header",
+    "response_body_offset",
+    "response_correlation_id",
+    "response_header_version",
+    "top_level_error",
+    # errors: what bad input raises
+    "DuplicateCorrelationId",
+    "FrameSizeError",
+    "MalformedMessage",
+    "ProtocolError",
     "TruncatedFrame",
     "UnknownApiKey",
     "UnmatchedResponse",
     "UnsupportedVersion",
+    # brokers
+    "REWRITTEN_APIS",
+    "BrokerAddress",
+    "Mapper",
+    "Rewritten",
+    "UnknownBroker",
     "addresses_in",
-    "cap_api_versions",
-    "expects_response",
-    "frame",
-    "java_string_hash",
-    "kafka_abs",
     "needs_rewrite",
-    "parse_request_header",
-    "partition_for",
-    "response_correlation_id",
     "rewrite_caps",
     "rewrite_response",
+    # coordinators
+    "COORDINATOR_ERRORS",
+    "DEFAULT_PARTITIONS",
+    "GROUP_TOPIC",
+    "NOT_COORDINATOR",
+    "TRANSACTION_TOPIC",
+    "java_string_hash",
+    "kafka_abs",
+    "partition_for",
+    # reading messages by their schema
+    "RESPONSE_WALK_START",
+    "TAIL",
+    "ByteWalk",
+    "FieldPlan",
+    "StructPlan",
+    "Walk",
+    "api_name",
+    "api_title",
+    "carrying_records",
+    "keep_address",
+    "known_versions",
+    "request_plan",
+    "response_plan",
+    "splice",
+    "walk",
+    "wire",
 ]

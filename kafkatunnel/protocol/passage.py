@@ -10,10 +10,10 @@ ApiVersions answers (to be capped); a 1 MiB Fetch response passes through as it 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
@@ -60,9 +60,6 @@ Part = Chunk | int
 RecordSpans = tuple[tuple[tuple[int, int], ...], bool]
 # A request's header as read here, and whether it is answered.
 ReadRequest = tuple[RequestHeader, bool]
-# Told once per frame, in stream order: its parts, where its records lay if it was walked
-# to its end, and for a request its header.
-FrameSeen = Callable[[list[Part], RecordSpans | None, ReadRequest | None], None]
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
 
 
@@ -70,6 +67,24 @@ REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and ack
 # FindCoordinator v0-3, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, InitProducerId,
 # AddOffsetsToTxn, EndTxn, ConsumerGroupHeartbeat.
 ERROR_FIRST_APIS = frozenset({10, 11, 12, 13, 14, 22, 25, 26, 68})
+
+
+class FramePassed(NamedTuple):
+    """An event, for an observer (see Exchange.observe): a frame has passed on whole."""
+
+    parts: list[Part]
+    records: RecordSpans | None  # where its record data lay, if it was walked to its end
+    request: ReadRequest | None  # a request's header
+
+
+class Fed(NamedTuple):
+    """What a direction hands its caller for the bytes it was given."""
+
+    out: list[Chunk]  # to pass on now, in order
+    # Brokers an answer names that the mapper does not know: give each a tunnel address,
+    # then resume(); the direction holds everything after that answer until then.
+    unknown_brokers: tuple[BrokerAddress, ...] = ()
+    frames: Sequence[FramePassed] = ()  # frames that passed on whole (when observed)
 
 
 class Head(Enum):
@@ -125,18 +140,18 @@ class _Splitter:
         # A walk that rewrites nothing (it finds the records to splice): a frame it cannot
         # walk passes on read, as an unwalked frame would, rather than ending the connection.
         self._walk_may_fail = False
-        # An observer of whole frames (a recording, see observe): the current frame's
-        # parts so far (None: nobody observes), where its walk found record data, and a
-        # request's header.
-        self.on_frame_seen: FrameSeen | None = None
+        # Observed (a recording, see observe): the current frame's parts so far (None:
+        # nobody observes), the frames that passed on whole since the caller last heard,
+        # where the walk found record data, and a request's header.
         self._parts: list[Part] | None = None
+        self._passed: list[FramePassed] = []
         self._spans: list[tuple[int, int]] = []
         self._records: RecordSpans | None = None
         self._compact = False  # the walked message is of a flexible version
         self._request: ReadRequest | None = None
         self._walk_from = 0  # where in the frame its walk starts
-        # Stopped at an answer naming brokers not learned yet (see unknown_brokers), and
-        # the bytes fed since, to be read on resume().
+        # Stopped at an answer naming brokers not learned yet (see Fed.unknown_brokers),
+        # and the bytes fed since, to be read on resume().
         self._stop: _Stop | None = None
         self._unfed: list[Chunk] = []
 
@@ -161,20 +176,13 @@ class _Splitter:
             return 0
         return self._hold_to - len(self._held) if self._whole or self._tail_next else 0
 
-    @property
-    def unknown_brokers(self) -> tuple[BrokerAddress, ...]:
-        """Brokers to learn before this direction goes on (empty: it is not stopped): feed()
-        stopped at an answer naming them. The caller gives each a tunnel address, so the
-        mapper knows them, then calls resume()."""
-        return self._stop.brokers if self._stop is not None else ()
-
-    def resume(self) -> list[Chunk]:
+    def resume(self) -> Fed:
         """Go on from where feed() stopped, once its unknown brokers are learned: the answer
         rewritten, then whatever was fed after it (which may stop again, at a later answer)."""
         stop, self._stop = self._stop, None
-        if stop is None:
-            return []
         out: list[Chunk] = []
+        if stop is None:
+            return Fed(out)
         if stop.tail:
             self._tail_read(stop.held, out)
         else:
@@ -187,16 +195,16 @@ class _Splitter:
             if self._stop is not None:
                 self._unfed.extend(unfed[index + 1 :])
                 break
-        return out
+        return self._fed(out)
 
-    def observe(self, on_frame_seen: FrameSeen) -> None:
-        """Tell on_frame_seen of every frame once it has passed on whole: a recording
+    def observe(self) -> None:
+        """Hand over every frame once it has passed on whole (Fed.frames): a recording
         needs no framing of its own, and never sees record data left unread."""
-        self.on_frame_seen = on_frame_seen
         self._parts = []
 
-    def skip(self, count: int) -> None:
-        """`count` bytes of the unread remainder went on without passing through feed()."""
+    def skip(self, count: int) -> Sequence[FramePassed]:
+        """`count` bytes of the unread remainder went on without passing through feed():
+        the frames that passed on whole with them (when observed)."""
         if not 0 <= count <= self._pass_on:
             raise ValueError(f"cannot skip {count} bytes: only {self._pass_on} may pass unread")
         self._pass_on -= count
@@ -208,15 +216,28 @@ class _Splitter:
                     self._resume(b"")
             elif self._parts is not None:
                 self._frame_seen()
+        return self._take_passed()
 
-    def feed(self, data: Chunk) -> list[Chunk]:
-        """What of `data` (and what came before) passes on now; see unknown_brokers."""
+    def feed(self, data: Chunk) -> Fed:
+        """What of `data` (and what came before) passes on now."""
+        out: list[Chunk] = []
         if self._stop is not None:
             self._unfed.append(data)
-            return []
-        out: list[Chunk] = []
-        self._feed(memoryview(data), out)
-        return out
+        else:
+            self._feed(memoryview(data), out)
+        return self._fed(out)
+
+    def _fed(self, out: list[Chunk]) -> Fed:
+        stop = self._stop
+        if stop is None and not self._passed:
+            return Fed(out)
+        return Fed(out, () if stop is None else stop.brokers, self._take_passed())
+
+    def _take_passed(self) -> Sequence[FramePassed]:
+        if not self._passed:
+            return ()
+        passed, self._passed = self._passed, []
+        return passed
 
     def _feed(self, view: memoryview, out: list[Chunk]) -> None:
         pos, end = 0, len(view)
@@ -326,7 +347,7 @@ class _Splitter:
 
     def _made(self, data: bytes, tail: bool, out: list[Chunk]) -> bool:
         """Append what on_frame (on_tail) makes of `data`; False: stopped instead, at an
-        answer naming brokers not learned yet (see unknown_brokers)."""
+        answer naming brokers not learned yet (see Fed.unknown_brokers)."""
         try:
             out.append(self.on_tail(data) if tail else self.on_frame(data))
         except BrokersUnknown as stop:
@@ -425,12 +446,12 @@ class _Splitter:
             parts.append(count)
 
     def _frame_seen(self) -> None:
-        """The current frame has passed on whole: tell the observer."""
-        assert self.on_frame_seen is not None and self._parts is not None
+        """The current frame has passed on whole: the observer hears of it."""
+        assert self._parts is not None
         parts, self._parts = self._parts, []
         records, self._records = self._records, None
         request, self._request = self._request, None
-        self.on_frame_seen(parts, records, request)
+        self._passed.append(FramePassed(parts, records, request))
 
     def walking(self, steps: Walk, start: int, compact: bool, lenient: bool) -> Walk:
         """For on_head: walk this frame from `start` (an offset within its head; compact:
@@ -559,7 +580,6 @@ class Exchange:
         caps: dict[int, range],
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        on_request: Callable[[RequestHeader], None] | None = None,
         records_only: bool = False,
     ) -> None:
         """records_only: let only record data pass unread (a recording reads the rest)."""
@@ -568,18 +588,17 @@ class Exchange:
         self.caps = caps
         self.tracker = CorrelationTracker()
         self.stats = ExchangeStats()
-        self._on_request = on_request
         self._requests = _Requests(self, max_frame_size, records_only)
         self._responses = _Responses(self, max_frame_size, records_only)
         self.requests: Direction = self._requests
         self.responses: Direction = self._responses
 
-    def observe(self, requests: FrameSeen, responses: FrameSeen) -> None:
-        """Be told of every frame once it has passed on, in parts, with where a walk found
-        its record data (a recording cuts them there: it never reads them, nor frames the
-        stream again)."""
-        self._requests.observe(requests)
-        self._responses.observe(responses)
+    def observe(self) -> None:
+        """Hand over every frame once it has passed on (Fed.frames), in parts, with where a
+        walk found its record data (a recording cuts them there: it never reads them, nor
+        frames the stream again)."""
+        self._requests.observe()
+        self._responses.observe()
 
     @property
     def waiting(self) -> int:
@@ -588,8 +607,6 @@ class Exchange:
     def observe_request(self, header: RequestHeader, wanted: bool) -> None:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
-        if self._on_request is not None:
-            self._on_request(header)
 
     def transform_response(self, request: InFlight, whole: bytes) -> bytes:
         if request.api_key == API_VERSIONS:
@@ -630,19 +647,17 @@ class Exchange:
 
 
 class Direction(Protocol):
-    """One direction of a connection as the I/O layer drives it: bytes in, bytes out, how
-    many of the coming bytes need not be read at all, and brokers to learn before it goes on
-    (then resume)."""
+    """One direction of a connection as the I/O layer drives it: bytes in, what passes on
+    (and brokers to learn before it goes on, then resume), how many of the coming bytes
+    need not be read at all (skip them once moved), how many a frame held whole awaits."""
 
-    def feed(self, data: Chunk) -> list[Chunk]: ...
+    def feed(self, data: Chunk) -> Fed: ...
     @property
     def unread(self) -> int: ...
     @property
     def awaited(self) -> int: ...
-    @property
-    def unknown_brokers(self) -> tuple[BrokerAddress, ...]: ...
-    def resume(self) -> list[Chunk]: ...
-    def skip(self, count: int) -> None: ...
+    def resume(self) -> Fed: ...
+    def skip(self, count: int) -> Sequence[FramePassed]: ...
     def close(self) -> None: ...
 
 
@@ -651,16 +666,15 @@ class _Untouched:
 
     unread = sys.maxsize
     awaited = 0
-    unknown_brokers: tuple[BrokerAddress, ...] = ()
 
-    def feed(self, data: Chunk) -> list[Chunk]:
-        return [data]
+    def feed(self, data: Chunk) -> Fed:
+        return Fed([data])
 
-    def resume(self) -> list[Chunk]:
-        return []
+    def resume(self) -> Fed:
+        return Fed([])
 
-    def skip(self, count: int) -> None:
-        return None
+    def skip(self, count: int) -> Sequence[FramePassed]:
+        return ()
 
     def close(self) -> None:
         return None

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from kafkatunnel.probe import metadata_request
-from kafkatunnel.protocol.framing import FrameDecoder
-from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in
+from kafkatunnel.protocol import BrokerAddress, FrameDecoder, addresses_in
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 
 

@@ -13,9 +13,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 
 from kafkatunnel.capture.recorder import Recording
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Exchange, PassThrough
-from kafkatunnel.protocol.rewrite import BrokerAddress
+from kafkatunnel.protocol import BrokerAddress, Exchange, PassThrough, ProtocolError
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
@@ -85,7 +83,7 @@ class ClientConnection:
         """What this connection did so far: rewrites, bytes spliced, coordinator errors."""
         stats = self.exchange.stats
         spliced = sum(pump.spliced for pump in self.pumps)
-        return Tally(stats.rewritten, spliced, dict(stats.errors))
+        return Tally(stats.rewritten, spliced, dict(stats.errors), dict(stats.requests))
 
     async def _connect(self) -> None:
         if self.client_tls is not None and not await self._accept_tls(self.client_tls):
@@ -114,11 +112,12 @@ class ClientConnection:
         # A recording reads every byte the Exchange does not mark as record data it need not
         # keep; one that keeps payloads (or a PassThrough's opaque bytes) reads them all.
         zero_copy = self.zero_copy and (recording is None or self.exchange.records_only)
-        # An Exchange hands a recording whole frames; a PassThrough's bytes are framed by the trace.
-        streamed = recording
+        # An Exchange hands a recording whole frames; a PassThrough's bytes are framed by
+        # the trace.
+        framed, streamed = None, recording
         if recording is not None and isinstance(self.exchange, Exchange):
-            self.exchange.observe(recording.request, recording.response)
-            streamed = None
+            self.exchange.observe()
+            framed, streamed = recording, None
         self.pumps = [
             Pump(
                 client,
@@ -129,6 +128,7 @@ class ClientConnection:
                 on_source_end=self._client_ended,
                 on_sink_error=self._upstream_ended,
                 on_chunks=None if streamed is None else streamed.from_client,
+                on_frames=None if framed is None else framed.requests,
             ),
             Pump(
                 upstream.stream,
@@ -139,6 +139,7 @@ class ClientConnection:
                 on_source_end=self._broker_ended,
                 on_sink_error=lambda _: self.close(),  # the client went away
                 on_chunks=None if streamed is None else streamed.to_client,
+                on_frames=None if framed is None else framed.responses,
                 learn=self.learn,
             ),
         ]

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 
 from kafkatunnel.probe import api_versions_request
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.framing import FrameDecoder
+from kafkatunnel.protocol import FrameDecoder, ProtocolError
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.tls import speaks_tls
 

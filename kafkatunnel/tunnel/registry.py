@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kafkatunnel.hostnames import UntrustedName, check_address
-from kafkatunnel.protocol.headers import RequestHeader
-from kafkatunnel.protocol.rewrite import BrokerAddress, UnknownBroker
+from kafkatunnel.protocol import BrokerAddress, UnknownBroker
 
 log = logging.getLogger("kafkatunnel.registry")
 # A cluster with more brokers than this is rare; an answer naming more is more likely a
@@ -51,21 +50,24 @@ class Refusal:
 
 @dataclass
 class Tally:
-    """What connections did beyond bytes and requests: answers rewritten, bytes spliced,
-    coordinator answers' error codes. Summed over connections, open and closed."""
+    """What connections did beyond bytes: requests per API key, answers rewritten, bytes
+    spliced, coordinator answers' error codes. Summed over connections, open and closed."""
 
     rewrites: int = 0
     spliced: int = 0  # bytes moved without entering Python (splice)
     errors: dict[int, int] = field(default_factory=dict)
+    requests: dict[int, int] = field(default_factory=dict)  # per API key
 
     def add(self, other: Tally) -> None:
         self.rewrites += other.rewrites
         self.spliced += other.spliced
         for code, count in other.errors.items():
             self.errors[code] = self.errors.get(code, 0) + count
+        for key, count in other.requests.items():
+            self.requests[key] = self.requests.get(key, 0) + count
 
     def copy(self) -> Tally:
-        return Tally(self.rewrites, self.spliced, dict(self.errors))
+        return Tally(self.rewrites, self.spliced, dict(self.errors), dict(self.requests))
 
 
 @dataclass
@@ -83,13 +85,11 @@ class Endpoint:
     total_connections: int = 0
     bytes_in: int = 0  # client -> broker
     bytes_out: int = 0  # broker -> client
-    requests: int = 0
     errors: int = 0
     dns_address: str | None = None  # its own loopback address, for the DNS shim
     last_error: str | None = None
     last_error_at: float | None = None
     note: str | None = None  # what the user should know, e.g. why its name is not resolved
-    api_requests: dict[int, int] = field(default_factory=dict)  # per API key
     closed: Tally = field(default_factory=Tally)  # of its closed connections
     tls: dict[str, object] | None = None  # the last TLS session with it (--tls)
 
@@ -101,17 +101,13 @@ class Endpoint:
     def local(self) -> str:
         return f"{self.listen_host}:{self.listen_port}"
 
-    def count_request(self, header: RequestHeader | None = None) -> None:
-        self.requests += 1
-        if header is not None:
-            self.api_requests[header.api_key] = self.api_requests.get(header.api_key, 0) + 1
-
     def record_error(self, message: str) -> None:
         self.errors += 1
         self.last_error = message
         self.last_error_at = time.time()
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self, tally: Tally | None = None) -> dict[str, object]:
+        """For status; `tally`: what its connections did, open and closed."""
         return {
             "node_id": self.node_id,
             "advertised": self.advertised,
@@ -122,7 +118,7 @@ class Endpoint:
             "total_connections": self.total_connections,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
-            "requests": self.requests,
+            "requests": 0 if tally is None else sum(tally.requests.values()),
             "errors": self.errors,
             "last_error": self.last_error,
             "dns_address": self.dns_address,

@@ -25,12 +25,10 @@ import asyncio
 import fcntl
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.passage import Chunk, Direction
-from kafkatunnel.protocol.rewrite import BrokerAddress
+from kafkatunnel.protocol import BrokerAddress, Chunk, Direction, Fed, FramePassed, ProtocolError
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream
 
 log = logging.getLogger("kafkatunnel.relay")
@@ -89,6 +87,7 @@ class Pump:
         on_source_end: Callable[[BaseException | None], None],
         on_sink_error: Callable[[OSError], None],
         on_chunks: Callable[[list[Chunk]], None] | None = None,
+        on_frames: Callable[[Sequence[FramePassed]], None] | None = None,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
@@ -101,6 +100,7 @@ class Pump:
         self.on_source_end = on_source_end
         self.on_sink_error = on_sink_error
         self.on_chunks = on_chunks  # what was read and passed on (a transparent recording's)
+        self.on_frames = on_frames  # frames that passed on whole (an observed Exchange's)
         self.learn = learn
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
@@ -183,19 +183,25 @@ class Pump:
         self._short = len(data) < size
         self.on_bytes(len(data))
         try:
-            chunks = self.direction.feed(data)
-            while self.direction.unknown_brokers:
+            fed = self.direction.feed(data)
+            self._pass_on(fed)
+            while fed.unknown_brokers:
                 if self.learn is None:
                     raise RuntimeError("an answer names brokers, and nobody learns them")
-                self.learn(self.direction.unknown_brokers)
-                chunks += self.direction.resume()
+                self.learn(fed.unknown_brokers)
+                fed = self.direction.resume()
+                self._pass_on(fed)
         except ProtocolError as error:
             self._source_ended(error)
             return False
-        if self.on_chunks is not None:
-            self.on_chunks(chunks)
-        self._out.extend(chunks)
         return True
+
+    def _pass_on(self, fed: Fed) -> None:
+        if self.on_chunks is not None:
+            self.on_chunks(fed.out)
+        if fed.frames and self.on_frames is not None:
+            self.on_frames(fed.frames)
+        self._out.extend(fed.out)
 
     def _splice_in(self, unread: int) -> bool:
         if self._pipe is None:
@@ -206,7 +212,9 @@ class Pump:
         if not moved:
             self._source_ended(None)
             return False
-        self.direction.skip(moved)
+        frames = self.direction.skip(moved)
+        if frames and self.on_frames is not None:
+            self.on_frames(frames)
         self._in_pipe = moved
         self.spliced += moved
         self.on_bytes(moved)

@@ -19,7 +19,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from kafkatunnel.protocol.passage import Chunk
+from kafkatunnel.protocol import Chunk
 
 READ_SIZE = 256 << 10  # the most one read takes
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16

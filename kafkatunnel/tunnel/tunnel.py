@@ -31,12 +31,17 @@ from kafkatunnel.hostnames import (
     is_ip_literal,
 )
 from kafkatunnel.probe import ProbeConnection, split_address
-from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from kafkatunnel.protocol.passage import Exchange, PassThrough
-from kafkatunnel.protocol.rewrite import BrokerAddress, Mapper, rewrite_caps
-from kafkatunnel.protocol.schema import api_title
+from kafkatunnel.protocol import (
+    COORDINATOR_ERRORS,
+    DEFAULT_MAX_FRAME_SIZE,
+    BrokerAddress,
+    Exchange,
+    Mapper,
+    PassThrough,
+    ProtocolError,
+    api_title,
+    rewrite_caps,
+)
 from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
@@ -564,7 +569,6 @@ class Tunnel:
             self.registry.map if audience is None else self._told(audience.advertise),
             self.caps,
             max_frame_size=self.config.max_frame_size,
-            on_request=endpoint.count_request,
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,
         )
@@ -612,7 +616,9 @@ class Tunnel:
         return [self.bootstrap, *sorted(self.registry.brokers.values(), key=_node)]
 
     def status(self) -> dict[str, Any]:
-        for endpoint in self.endpoints():  # forwards change state: describe them now
+        endpoints = self.endpoints()
+        tallies = self._tallies(endpoints)
+        for endpoint in endpoints:  # forwards change state: describe them now
             host, port = endpoint.advertised_host, endpoint.advertised_port
             endpoint.route = self.forwarder.describe(host, port)
             endpoint.tls = self.forwarder.session(host, port)
@@ -635,7 +641,7 @@ class Tunnel:
             # where /status and /metrics are served (None: no control socket)
             "control": None if self.control is None else self.control.address,
             "metrics": None if self.control is None else self.control.metrics_address,
-            "endpoints": [e.as_dict() for e in self.endpoints()],
+            "endpoints": [e.as_dict(tallies[id(e)]) for e in endpoints],
             # the services beside the brokers (--service, --companions) and their forwards
             "companions": [] if self.companions is None else self.companions.status(),
             # brokers the cluster named that get no listener: bad names, or past the limit
@@ -663,27 +669,36 @@ class Tunnel:
             },
         }
 
+    def _tallies(self, endpoints: list[Endpoint]) -> dict[int, Tally]:
+        """Per endpoint (by id): what its closed and its open connections did so far."""
+        tallies = {id(e): e.closed.copy() for e in endpoints}
+        for connection in self.connections:
+            tallies.setdefault(id(connection.endpoint), Tally()).add(connection.tally())
+        return tallies
+
     def metrics(self) -> str:
         """Prometheus text: per broker (node="bootstrap" for the bootstrap listener)."""
         endpoints = self.endpoints()
-        tallies = {id(e): e.closed.copy() for e in endpoints}
-        for connection in self.connections:  # and what open connections did so far
-            tallies.setdefault(id(connection.endpoint), Tally()).add(connection.tally())
+        tallies = self._tallies(endpoints)
         lines = []
         for name, kind, attribute in (
             ("kafkatunnel_connections", "gauge", "connections"),
             ("kafkatunnel_connections_total", "counter", "total_connections"),
             ("kafkatunnel_client_bytes_total", "counter", "bytes_in"),
             ("kafkatunnel_broker_bytes_total", "counter", "bytes_out"),
-            ("kafkatunnel_requests_total", "counter", "requests"),
             ("kafkatunnel_errors_total", "counter", "errors"),
         ):
             lines.append(f"# TYPE {name} {kind}")
             for e in endpoints:
                 lines.append(f"{name}{{{_labels(e)}}} {getattr(e, attribute)}")
+        lines.append("# TYPE kafkatunnel_requests_total counter")
+        lines.extend(
+            f"kafkatunnel_requests_total{{{_labels(e)}}} {sum(tallies[id(e)].requests.values())}"
+            for e in endpoints
+        )
         lines.append("# TYPE kafkatunnel_api_requests_total counter")
         for e in endpoints:
-            for key, count in sorted(e.api_requests.items()):
+            for key, count in sorted(tallies[id(e)].requests.items()):
                 api = _api_title(key)
                 lines.append(f'kafkatunnel_api_requests_total{{{_labels(e)},api="{api}"}} {count}')
         lines.append("# TYPE kafkatunnel_rewrites_total counter")

@@ -15,10 +15,13 @@ from typing import NamedTuple
 
 from kafkatunnel.capture.packets import SYN, Capture, Segment
 from kafkatunnel.capture.pcapng import Interface
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.framing import FrameDecoder
-from kafkatunnel.protocol.headers import expects_response, parse_request_header
-from kafkatunnel.protocol.schema import known_versions
+from kafkatunnel.protocol import (
+    FrameDecoder,
+    ProtocolError,
+    expects_response,
+    known_versions,
+    parse_request_header,
+)
 from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
 
 # Requests and responses whose bodies verify reads: coordinator-scoped APIs, answers that

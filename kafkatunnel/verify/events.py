@@ -20,13 +20,13 @@ from typing import Any, NamedTuple
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from kafkatunnel.protocol.errors import ProtocolError
-from kafkatunnel.protocol.headers import (
+from kafkatunnel.protocol import (
+    ProtocolError,
+    addresses_in,
     parse_request_header,
     response_body_offset,
     top_level_error,
 )
-from kafkatunnel.protocol.rewrite import addresses_in
 from kafkatunnel.verify.calls import ADDRESS_APIS, COORDINATOR_APIS, Call, Conn
 from kafkatunnel.verify.partitions import (
     FETCH,

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS, NOT_COORDINATOR
+from kafkatunnel.protocol import COORDINATOR_ERRORS, NOT_COORDINATOR
 from kafkatunnel.verify.events import CALL, LOOKUP, PARTITION
 from kafkatunnel.verify.partitions import NOT_LEADER_OR_FOLLOWER
 from kafkatunnel.verify.resolutions import DnsAnswer

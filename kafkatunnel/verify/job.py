@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafkatunnel.capture.pcapng import CaptureFormatError
-from kafkatunnel.protocol.schema import api_name, api_title
+from kafkatunnel.protocol import api_name, api_title
 from kafkatunnel.verify.calls import (
     Call,
     FileDecoder,

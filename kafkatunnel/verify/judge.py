@@ -17,8 +17,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS, NOT_COORDINATOR, partition_for
-from kafkatunnel.protocol.schema import api_title
+from kafkatunnel.protocol import COORDINATOR_ERRORS, NOT_COORDINATOR, api_title, partition_for
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import (
     CALL,

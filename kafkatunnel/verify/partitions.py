@@ -12,9 +12,14 @@ from __future__ import annotations
 import uuid
 from typing import NamedTuple
 
-from kafkatunnel.protocol import wire
-from kafkatunnel.protocol.rewrite import ByteWalk, keep_address
-from kafkatunnel.protocol.schema import StructPlan, request_plan, response_plan
+from kafkatunnel.protocol import (
+    ByteWalk,
+    StructPlan,
+    keep_address,
+    request_plan,
+    response_plan,
+    wire,
+)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 LEADER_APIS = (PRODUCE, FETCH, LIST_OFFSETS)  # answered by the partition's leader only

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkatunnel.probe import ProbeConnection, find_coordinator
-from kafkatunnel.protocol.coordinator import COORDINATOR_ERRORS
+from kafkatunnel.protocol import COORDINATOR_ERRORS
 from kafkatunnel.verify.events import TRANSACTION
 
 if TYPE_CHECKING:

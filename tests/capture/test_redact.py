@@ -24,8 +24,7 @@ from kafkatunnel.capture.redact import (
     redact_request,
     redact_response,
 )
-from kafkatunnel.protocol.headers import parse_request_header
-from kafkatunnel.protocol.schema import known_versions
+from kafkatunnel.protocol import known_versions, parse_request_header
 from tests.kio_messages import (
     DESCEND,
     encode,

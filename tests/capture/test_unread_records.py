@@ -20,18 +20,18 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i32Timedelta
 
 from kafkatunnel.capture.trace import ConnectionTrace
-from kafkatunnel.protocol.headers import parse_request_header
-from kafkatunnel.protocol.passage import (
+from kafkatunnel.protocol import (
     REQUEST_HEAD,
     RESPONSE_HEAD,
+    BrokerAddress,
     Direction,
     Exchange,
+    FramePassed,
     Part,
-    ReadRequest,
-    RecordSpans,
+    known_versions,
+    parse_request_header,
+    rewrite_caps,
 )
-from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
-from kafkatunnel.protocol.schema import known_versions
 from tests.kio_messages import (
     DESCEND,
     encode,
@@ -63,6 +63,7 @@ class Seen:
 
     events: list[bytes | int] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
+    frames: list[FramePassed] = field(default_factory=list)  # that passed whole, if observed
     unread_spans: list[tuple[int, int]] = field(default_factory=list)  # in the input stream
 
 
@@ -75,14 +76,15 @@ def drive(direction: Direction, stream: bytes, cuts: list[int]) -> Seen:
         unread = direction.unread
         if unread:
             size = min(unread, cuts[step % len(cuts)], len(stream) - position)
-            direction.skip(size)
+            seen.frames.extend(direction.skip(size))
             seen.events.append(size)
             seen.unread_spans.append((position, position + size))
             seen.out += stream[position : position + size]
         else:
             size = min(cuts[step % len(cuts)], len(stream) - position)
-            chunks = direction.feed(stream[position : position + size])
-            data = b"".join(chunks)
+            fed = direction.feed(stream[position : position + size])
+            seen.frames.extend(fed.frames)
+            data = b"".join(fed.out)
             seen.events.append(data)
             seen.out += data
         position += size
@@ -135,7 +137,7 @@ def _records_of(message: object) -> list[bytes]:
     return found
 
 
-Observed = list[tuple[list[Part], RecordSpans | None, ReadRequest | None]]
+Observed = list[FramePassed]
 
 
 def _trace_read(requests_in: bytes, responses_in: bytes) -> list[bytes]:
@@ -202,16 +204,14 @@ def test_only_record_data_passes_unread_and_the_trace_is_the_same(
 
     # What the client receives when nothing passes unread: the reference.
     reading = Exchange(tunnel_mapper, rewrite_caps())
-    whole_requests = b"".join(reading.requests.feed(request_stream))
-    whole_responses = b"".join(reading.responses.feed(response_stream))
+    whole_requests = b"".join(reading.requests.feed(request_stream).out)
+    whole_responses = b"".join(reading.responses.feed(response_stream).out)
 
     splicing = Exchange(tunnel_mapper, rewrite_caps(), records_only=True)
-    observed: tuple[Observed, Observed] = ([], [])
-    splicing.observe(
-        lambda *frame: observed[0].append(frame), lambda *frame: observed[1].append(frame)
-    )
+    splicing.observe()
     sent = drive(splicing.requests, request_stream, cuts)
     received = drive(splicing.responses, response_stream, cuts)
+    observed = (sent.frames, received.frames)
     assert bytes(sent.out) == whole_requests == request_stream
     assert received.out == whole_responses
 

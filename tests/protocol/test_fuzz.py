@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkatunnel.protocol.fuzz import TARGETS, exercise
 from tests.kio_messages import encode, response_frame, responses
+from tests.protocol.fuzz import TARGETS, exercise
 
 
 @settings(max_examples=3000, deadline=None)

@@ -25,7 +25,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, PassThrough, RecordSpans
+from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, FramePassed, PassThrough
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
@@ -94,19 +94,30 @@ def conversation(sizes: list[int]) -> tuple[bytes, bytes, bytes]:
     return b"".join(requests), b"".join(wire for _, _, wire in answers), received
 
 
-def drive(direction: Direction, stream: bytes, cuts: list[int], unread: list[bool]) -> bytes:
+def drive(
+    direction: Direction,
+    stream: bytes,
+    cuts: list[int],
+    unread: list[bool],
+    passed: list[FramePassed] | None = None,
+) -> bytes:
     """What comes out of `direction` for `stream`, fed in pieces of the sizes in `cuts`;
-    where `unread` says so, bytes it lets pass unread go past it, as splice moves them."""
+    where `unread` says so, bytes it lets pass unread go past it, as splice moves them.
+    `passed` gets the frames the direction says passed whole."""
     out: list[Chunk] = []
+    passed = [] if passed is None else passed
     position = step = 0
     while position < len(stream):
         size = cuts[step % len(cuts)]
         if unread[step % len(unread)] and direction.unread:
             size = min(size, direction.unread, len(stream) - position)
-            direction.skip(size)
+            passed.extend(direction.skip(size))
             out.append(stream[position : position + size])
         else:
-            out.extend(direction.feed(stream[position : position + size]))
+            fed = direction.feed(stream[position : position + size])
+            assert not fed.unknown_brokers  # the mapper knows every broker
+            out.extend(fed.out)
+            passed.extend(fed.frames)
         position += size
         step += 1
     direction.close()
@@ -127,13 +138,13 @@ def test_any_chunking_and_any_splicing_give_the_same_bytes(
     as their bytes come, however they are cut, so that only their records pass unread."""
     requests, responses, received = conversation(sizes)
     exchange = Exchange(tunnel_mapper, rewrite_caps(), records_only=records_only)
-    found: list[RecordSpans | None] = []  # where the walks found each Produce's records
-    exchange.observe(
-        lambda _, records, request: found.extend([records] if request[0].api_key == 0 else []),  # type: ignore[index]
-        lambda *_: None,
-    )
+    exchange.observe()
+    passed: list[FramePassed] = []
 
-    assert drive(exchange.requests, requests, cuts, unread) == requests
+    assert drive(exchange.requests, requests, cuts, unread, passed) == requests
+    # where the walks found each Produce's records
+    found = [f.records for f in passed if f.request is not None and f.request[0].api_key == 0]
+    assert len(passed) == 5  # every request, once
     produced = [sizes[1], sizes[2]]
     if records_only:  # each walked to its end, its one record set found where it lies
         assert [[end - start for start, end in r[0]] if r else None for r in found] == [
@@ -159,7 +170,7 @@ def test_a_large_frame_may_pass_unread_after_its_head() -> None:
         exchange.requests.skip(exchange.requests.unread + 1)
     exchange.requests.skip(second - 16_384)
     assert exchange.requests.unread == 0
-    assert exchange.requests.feed(requests[first + second :]) != []
+    assert exchange.requests.feed(requests[first + second :]).out != []
     assert exchange.waiting == 4
 
 
@@ -169,10 +180,10 @@ def test_a_frame_to_rewrite_is_held_whole_and_awaited() -> None:
     exchange.requests.feed(requests)
     metadata_size = int.from_bytes(responses[:4], "big") + 4
 
-    assert exchange.responses.feed(responses[:20]) == []
+    assert exchange.responses.feed(responses[:20]).out == []
     assert exchange.responses.unread == 0  # a Metadata answer is rewritten: none passes unread
     assert exchange.responses.awaited == metadata_size - 20
-    out = exchange.responses.feed(responses[20:metadata_size])
+    out = exchange.responses.feed(responses[20:metadata_size]).out
     assert b"kafka-1.kafka" not in b"".join(out)
     assert exchange.responses.awaited == 0
 
@@ -182,7 +193,7 @@ def test_transparent_mode_lets_everything_pass_unread() -> None:
     for direction in (pipe.requests, pipe.responses):
         assert direction.unread == sys.maxsize
         assert direction.awaited == 0
-        assert direction.feed(b"\x16\x03\x01 a TLS record") == [b"\x16\x03\x01 a TLS record"]
+        assert direction.feed(b"\x16\x03\x01 a TLS record").out == [b"\x16\x03\x01 a TLS record"]
 
 
 def test_sasl_reauthentication_mid_connection_passes_unchanged_and_rewriting_goes_on() -> None:
@@ -225,8 +236,8 @@ def test_sasl_reauthentication_mid_connection_passes_unchanged_and_rewriting_goe
         ]
         answers += answered
         expected += [*answered[:2], rewrite_response(answered[2], 3, 12, tunnel_mapper).frame]
-    sent = b"".join(bytes(c) for r in requests for c in exchange.requests.feed(r))
+    sent = b"".join(bytes(c) for r in requests for c in exchange.requests.feed(r).out)
     assert sent == b"".join(requests)
-    received = b"".join(bytes(c) for a in answers for c in exchange.responses.feed(a))
+    received = b"".join(bytes(c) for a in answers for c in exchange.responses.feed(a).out)
     assert received == b"".join(expected)
     assert b"127.0.0.1" in expected[-1] and b"kafka-1.kafka" not in expected[-1]

@@ -135,7 +135,7 @@ def test_records_pass_unread() -> None:
     assert exchange.responses.unread > 190_000
     exchange.responses.skip(exchange.responses.unread)
     rest = exchange.responses.feed(answer[4096 + 200_000 - (4096 - _records_start(answer)) :])
-    assert b"127.0.0.1" in b"".join(rest)
+    assert b"127.0.0.1" in b"".join(rest.out)
     assert exchange.waiting == 0
 
 

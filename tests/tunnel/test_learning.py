@@ -11,8 +11,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseBroker
 from kio.static.primitive import i32Timedelta
 
-from kafkatunnel.protocol.passage import Exchange
-from kafkatunnel.protocol.rewrite import BrokerAddress, addresses_in, rewrite_caps
+from kafkatunnel.protocol import BrokerAddress, Exchange, addresses_in, rewrite_caps
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 from tests.kio_messages import encode, request_frame, response_frame
 
@@ -56,10 +55,12 @@ class Learner:
 
 def fed(exchange: Exchange, data: bytes, learner: Learner) -> bytes:
     """Feed the answers' direction as the relay does: learn what it stops at, resume."""
-    chunks = exchange.responses.feed(data)
-    while exchange.responses.unknown_brokers:
-        learner.learn(exchange.responses.unknown_brokers)
-        chunks += exchange.responses.resume()
+    step = exchange.responses.feed(data)
+    chunks = list(step.out)
+    while step.unknown_brokers:
+        learner.learn(step.unknown_brokers)
+        step = exchange.responses.resume()
+        chunks += step.out
     return b"".join(chunks)
 
 
@@ -132,19 +133,23 @@ def test_the_answers_direction_stops_at_unknown_brokers_and_resumes_in_order() -
     first = metadata_answer(1, {0: "kafka-0.kafka"})
     second = metadata_answer(2, {0: "kafka-0.kafka", 1: "kafka-1.kafka"})
 
-    assert exchange.responses.feed(first + second[:10]) == []
-    assert [b.node_id for b in exchange.responses.unknown_brokers] == [0]
+    stopped = exchange.responses.feed(first + second[:10])
+    assert stopped.out == []
+    assert [b.node_id for b in stopped.unknown_brokers] == [0]
     assert exchange.responses.unread == exchange.responses.awaited == 0
-    assert exchange.responses.feed(second[10:]) == []  # kept while stopped
+    still = exchange.responses.feed(second[10:])
+    assert still.out == [] and still.unknown_brokers == stopped.unknown_brokers  # kept
     assert learner.created == []  # nothing learned behind the caller's back
 
-    learner.learn(exchange.responses.unknown_brokers)
-    out = b"".join(exchange.responses.resume())
-    assert [b.node_id for b in exchange.responses.unknown_brokers] == [0, 1]
-    learner.learn(exchange.responses.unknown_brokers)
-    out += b"".join(exchange.responses.resume())
+    learner.learn(stopped.unknown_brokers)
+    resumed = exchange.responses.resume()
+    out = b"".join(resumed.out)
+    assert [b.node_id for b in resumed.unknown_brokers] == [0, 1]
+    learner.learn(resumed.unknown_brokers)
+    resumed = exchange.responses.resume()
+    out += b"".join(resumed.out)
 
-    assert not exchange.responses.unknown_brokers
+    assert not resumed.unknown_brokers
     size = int.from_bytes(out[:4], "big") + 4
     assert [a.port for a in addresses_in(out[:size], 3, 12)] == [19093]
     assert sorted(a.port for a in addresses_in(out[size:], 3, 12)) == [19093, 19094]

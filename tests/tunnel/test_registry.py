@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from kafkatunnel.protocol.rewrite import BrokerAddress
+from kafkatunnel.protocol import BrokerAddress
 from kafkatunnel.tunnel.registry import REFUSED_REMEMBERED, BrokerRegistry, refused_address
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import split_address
-from kafkatunnel.protocol.framing import FrameDecoder
+from kafkatunnel.protocol import FrameDecoder
 from tests.tunnel.conftest import MakeTunnel
 
 REQUESTS = 50_000  # ~20 MB of ApiVersions answers: more than every socket buffer between

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.protocol.passage import PassThrough
+from kafkatunnel.protocol import PassThrough
 from kafkatunnel.tunnel.relay import Pump
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream, PlainStream
 from kafkatunnel.tunnel.tls import TlsOptions, client_context

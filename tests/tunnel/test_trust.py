@@ -23,7 +23,7 @@ from kafkatunnel.localcluster import LocalCluster, free_port, free_port_run
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
-from kafkatunnel.protocol.errors import ProtocolError
+from kafkatunnel.protocol import ProtocolError
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for

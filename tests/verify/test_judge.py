@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkatunnel.protocol.coordinator import partition_for
+from kafkatunnel.protocol import partition_for
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import CALL, LOOKUP, Event
 from kafkatunnel.verify.judge import MISROUTED, OK, UNVERIFIED, Facts, judge

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkatunnel.protocol.headers import parse_request_header
-from kafkatunnel.protocol.schema import known_versions
+from kafkatunnel.protocol import known_versions, parse_request_header
 from kafkatunnel.verify.partitions import (
     FETCH,
     LEADER_APIS,

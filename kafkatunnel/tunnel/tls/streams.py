@@ -21,7 +21,7 @@ import contextlib
 import os
 import ssl
 
-from kafkatunnel.protocol.passage import Chunk
+from kafkatunnel.protocol import Chunk
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream, consume
 
 TLS_RECORD = 16 << 10  # the most plaintext one TLS record carries (RFC 8446 5.1)

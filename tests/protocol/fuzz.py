@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import contextlib
 
+from kafkatunnel.protocol import ProtocolError
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker
-from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder
 from kafkatunnel.protocol.headers import expects_response, parse_request_header
 from kafkatunnel.protocol.rewrite import REWRITTEN_APIS, BrokerAddress, rewrite_response
