@@ -3,37 +3,24 @@ the lines `up` prints (where each is served, and the client settings that use it
 
 from __future__ import annotations
 
-import typer
-
 from kafkatunnel.kube.companions import client_settings
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
-from kafkatunnel.kube.services import ServiceError, ServiceRequest
+from kafkatunnel.kube.services import ServiceRequest
 from kafkatunnel.tunnel import Forwarder, Tunnel
 from kafkatunnel.tunnel.companions import Companions
 
 
 def companions_of(
-    forwarder: Forwarder, requests: list[str], discover: bool, listen_host: str
+    forwarder: Forwarder, requests: tuple[ServiceRequest, ...], discover: bool, listen_host: str
 ) -> Companions | None:
-    """The services beside the brokers to serve (--service, --companions), or None."""
+    """The services beside the brokers to serve (--service, --companions, checked with the
+    other flags: see up_options.check), or None."""
     if not requests and not discover:
         return None
-    flag = "--service" if requests else "--companions"
-    if not isinstance(forwarder, KubectlForwarder):
-        raise typer.BadParameter("forwards Kubernetes services: add --via kubectl",
-                                 param_hint=flag)  # fmt: skip
-    parsed = []
-    for request in requests:
-        try:
-            parsed.append(ServiceRequest.parse(request))
-        except ServiceError as cause:
-            raise typer.BadParameter(str(cause), param_hint="--service") from None
-    names = [p.name for p in parsed]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise typer.BadParameter(f"service {twice[0]} is named twice", param_hint="--service")
-    return Companions(ServiceForwarder(forwarder, parsed, discover), listen_host=listen_host)
+    assert isinstance(forwarder, KubectlForwarder)
+    return Companions(ServiceForwarder(forwarder, list(requests), discover),
+                      listen_host=listen_host)  # fmt: skip
 
 
 def companion_lines(tunnel: Tunnel) -> list[str]:

@@ -17,7 +17,7 @@ from kafkatunnel.kube import cluster_ca, strimzi
 from kafkatunnel.kube.cluster_ca import CaSource
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import KubectlError
-from kafkatunnel.tunnel.tls import TlsOptions, TlsSetupError, client_context
+from kafkatunnel.tunnel.tls import TlsOptions
 
 
 def from_cluster(
@@ -53,12 +53,6 @@ def from_cluster(
         console.print(escape(said + "the system's CAs; --tls-ca FILE names one"), highlight=False)
     if user is not None:
         tls = _with_user(console, tls, user, show_password)
-    if tls is not None:
-        try:
-            client_context(tls)
-        except TlsSetupError as cause:
-            error(str(cause))
-            raise typer.Exit(2) from None
     return tls
 
 

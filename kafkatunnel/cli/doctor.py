@@ -22,7 +22,7 @@ from kafkatunnel.cli.options import (
     target_option,
 )
 from kafkatunnel.cli.output import make_console
-from kafkatunnel.cli.tunnel import KubeOptions
+from kafkatunnel.cli.up_options import KubeOptions
 from kafkatunnel.doctor import (
     FAIL,
     StartCheck,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import sys
 import traceback
+import types
 from pathlib import Path
+from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -80,10 +82,24 @@ def command() -> TyperGroup:
     for each in _walk(group):
         if plain:
             each.rich_markup_mode = None
+            each.format_options = types.MethodType(_options_by_panel, each)  # type: ignore[method-assign]
         for param in each.params:
             if getattr(param, "is_flag", False) or getattr(param, "count", False):
                 param.metavar = ""  # a flag takes no value: show none
     return group
+
+
+def _options_by_panel(self: TyperCommand | TyperGroup, ctx: typer.Context, formatter: Any) -> None:
+    """Plain help's options, a section per panel as Rich shows them (`up` has a dozen)."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    for param in self.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is not None:
+            panel = getattr(param, "rich_help_panel", None) or "Options"
+            sections.setdefault(panel, []).append(record)
+    for title, records in sections.items():
+        with formatter.section(title):
+            formatter.write_dl(records)
 
 
 def _walk(command: TyperCommand | TyperGroup) -> list[TyperCommand | TyperGroup]:

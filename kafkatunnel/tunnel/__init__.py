@@ -8,7 +8,7 @@ from kafkatunnel.tunnel.forwarders import (
     parse_mapping,
 )
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
-from kafkatunnel.tunnel.tunnel import PortInUse, Tunnel, TunnelConfig, Unreachable
+from kafkatunnel.tunnel.tunnel import PortInUse, SettingError, Tunnel, TunnelConfig, Unreachable
 
 __all__ = [
     "BrokerRegistry",
@@ -18,6 +18,7 @@ __all__ = [
     "Forwarder",
     "ForwarderError",
     "PortInUse",
+    "SettingError",
     "Tunnel",
     "TunnelConfig",
     "Unreachable",

@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
-from kafkatunnel.tunnel.tls import TlsForwarder, TlsOptions, client_context, listener_tls
+from kafkatunnel.tunnel.tls import ClientTls, TlsForwarder
 
 log = logging.getLogger("kafkatunnel.tunnel")
 PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
@@ -60,6 +61,14 @@ PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
 DEFAULT_MAX_CONNECTIONS = 1024
 
 MODES = ("rewrite", "transparent")
+
+
+class SettingError(ValueError):
+    """A setting the tunnel cannot run with; `flag` is the `up` flag that sets it."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(message)
+        self.flag = flag
 
 
 @dataclass(frozen=True)
@@ -104,39 +113,59 @@ class TunnelConfig:
     namespaces: list[str] = field(default_factory=list)  # the user's: their short names resolve
     resolver_zones: ClusterZones | None = None  # what sudo's root helper allows, if it sets up
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
-    tls: TlsOptions | None = None  # speak TLS to the brokers (rewrite mode)
-    client_tls: bool = False  # serve clients TLS, with a CA of the tunnel's own
+    tls: ssl.SSLContext | None = None  # speak TLS to the brokers (rewrite mode) with this
+    client_tls: ClientTls | None = None  # serve clients TLS, with a CA of the tunnel's own
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.mode == "transparent" and (self.tls is not None or self.client_tls):
-            raise ValueError(
-                "--tls and --client-tls are for rewrite mode: transparent mode passes the "
-                "clients' own TLS through"
-            )
-        if self.mode == "transparent" and self.dns_listen is None:
-            raise ValueError(
-                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own names"
-            )
-        if self.max_brokers < 1:
-            raise ValueError(f"max_brokers must be 1 or more, not {self.max_brokers}")
-        if self.max_connections < 1:
-            raise ValueError(f"max_connections must be 1 or more, not {self.max_connections}")
-        check_address(*split_address(self.bootstrap))
+        """The one check of the tunnel's settings: each error names the flag at fault."""
+        _check(self.mode in MODES, "--mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        transparent = self.mode == "transparent"
+        _check(not (transparent and self.tls is not None), "--tls", _FOR_REWRITE)
+        _check(not (transparent and self.client_tls is not None), "--client-tls", _FOR_REWRITE)
+        _check(not transparent or self.dns_listen is not None, "--dns",
+               "transparent mode needs the DNS shim (--dns): clients keep the brokers' own "
+               "names")  # fmt: skip
+        _check(not (transparent and self.audiences), "--for-containers",
+               "containers are served in rewrite mode (transparent mode keeps the brokers' "
+               "own names)")  # fmt: skip
+        _check(self.max_brokers >= 1, "--max-brokers", "must be 1 or more")
+        _check(self.max_connections >= 1, "--max-connections", "must be 1 or more")
+        _check(self.connect_timeout > 0, "--connect-timeout", "must be more than 0 seconds")
+        _check(self.start_timeout is None or self.start_timeout >= 0, "--start-timeout",
+               "must be 0 or more seconds")  # fmt: skip
+        for flag, address in [("--bootstrap", self.bootstrap),
+                              *(("--broker", b) for b in self.brokers)]:  # fmt: skip
+            try:
+                check_address(*split_address(address))
+            except ValueError as cause:
+                example = "e.g. kafka-0.kafka-headless.shop.svc.cluster.local:9092"
+                raise SettingError(flag, f"{address!r}: expected the advertised HOST:PORT "
+                                   f"of a broker, {example} ({cause})") from None  # fmt: skip
         for told in [self.advertise, *(a.advertise for a in self.audiences)]:
             try:
                 if told is not None:
                     check_host(told)
             except UntrustedName as cause:
-                raise ValueError(f"--advertise: {cause}") from None
-        if self.audiences and self.mode == "transparent":
-            raise ValueError("containers are served in rewrite mode (transparent mode keeps "
-                             "the brokers' own names)")  # fmt: skip
-        for broker in self.brokers:
-            check_address(*split_address(broker))
+                raise SettingError("--advertise", str(cause)) from None
+        try:
+            ipaddress.ip_address(self.first_dns_address)
+        except ValueError:
+            said = f"{self.first_dns_address!r} is not an IP address"
+            raise SettingError("--dns-first-address", said) from None
+        for zone in self.dns_zones:
+            try:
+                ClusterZones.of([], [zone])
+            except ValueError as cause:
+                raise SettingError("--dns-zone", str(cause)) from None
+
+    @property
+    def told_hosts(self) -> tuple[str, ...]:
+        """Every host clients reach the tunnel by, besides the listen host (the names a
+        --client-tls certificate must hold)."""
+        told = [self.advertise, *(h for a in self.audiences for h in (a.listen, a.advertise))]
+        return tuple(h for h in told if h is not None)
 
     @property
     def zones(self) -> ClusterZones:
@@ -149,23 +178,29 @@ class TunnelConfig:
         return ClusterZones.of(names, self.dns_zones, self.cluster_domain, self.namespaces)
 
 
+_FOR_REWRITE = (
+    "--tls and --client-tls are for rewrite mode: transparent mode passes the "
+    "clients' own TLS through"
+)
+
+
+def _check(holds: bool, flag: str, message: str) -> None:
+    if not holds:
+        raise SettingError(flag, message)
+
+
 class Tunnel:
     def __init__(
         self, config: TunnelConfig, forwarder: Forwarder, companions: Companions | None = None
     ) -> None:
-        """Raises TlsSetupError for TLS options that cannot be used. `companions`: the
-        services beside the brokers to serve too (a Schema Registry, Connect)."""
+        """`companions`: the services beside the brokers to serve too (a Schema Registry,
+        Connect)."""
         self.config = config
         self.companions = companions
         if config.tls is not None:
-            forwarder = TlsForwarder(forwarder, client_context(config.tls))
+            forwarder = TlsForwarder(forwarder, config.tls)
         self.forwarder = forwarder
-        told = [config.advertise, *(h for a in config.audiences for h in (a.listen, a.advertise))]
-        self.client_tls = (
-            listener_tls(config.listen_host, told=tuple(h for h in told if h is not None))
-            if config.client_tls
-            else None
-        )
+        self.client_tls = config.client_tls
         host, port = split_address(config.bootstrap)
         self.bootstrap = Endpoint(None, host, port, config.listen_host, config.listen_port)
         self.bootstrap.route = forwarder.describe(host, port)

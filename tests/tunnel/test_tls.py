@@ -70,7 +70,7 @@ def _tunnel(
         listen_port=free_port_run(8),
         control=False,
         start_timeout=10,
-        tls=tls,
+        tls=client_context(tls),
         record_dir=record_dir,
     )
     if via == "socket":
@@ -329,7 +329,8 @@ def test_client_tls_serves_ssl_clients_with_the_tunnels_own_ca(
     front = TlsFront(cluster, server)
     config = TunnelConfig(
         bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False,
-        start_timeout=10, tls=TlsOptions(ca.pem), client_tls=True,
+        start_timeout=10, tls=client_context(TlsOptions(ca.pem)),
+        client_tls=listener_tls("127.0.0.1"),
     )  # fmt: skip
     with front, BackgroundTunnel(config, ExecForwarder(front.exec_template())) as tunnel:
         local_ca = Path(tunnel.status()["client_tls"]["ca"])
@@ -423,7 +424,7 @@ def test_scram_crosses_tls_to_tansus_authenticator_and_its_verdict_comes_back(
         front.wait_accepting(front_port, timeout=10)
         config = TunnelConfig(
             bootstrap=f"{name}:9093", listen_port=free_port_run(8), control=False,
-            start_timeout=10, tls=TlsOptions(ca.pem), record_dir=recordings,
+            start_timeout=10, tls=client_context(TlsOptions(ca.pem)), record_dir=recordings,
         )  # fmt: skip
         forwarder = DirectForwarder({(name, 9093): ("127.0.0.1", front_port)})
         with BackgroundTunnel(config, forwarder) as tunnel:

@@ -1,0 +1,284 @@
+"""`kafkatunnel up`'s flags as a few groups, and the one check of what the flags say on
+their own: each error names the flag at fault (typer.BadParameter's param_hint).
+
+What needs more than the flags is checked where it is known, still naming its flag: files
+(TLS material, the recording directory) are read once root is shed, so as the user; the
+tunnel's own settings (addresses, limits, modes that go together) by TunnelConfig
+(SettingError). Nothing is checked twice."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+
+from kafkatunnel.dns.resolver import METHODS
+from kafkatunnel.kube.services import ServiceRequest, check_namespace
+from kafkatunnel.probe import split_address
+from kafkatunnel.tunnel import parse_mapping
+from kafkatunnel.tunnel.forwarders import check_template
+
+T = TypeVar("T")
+R = TypeVar("R")
+VIA = ("exec", "direct", "kubectl")
+LOOPS = ("auto", "asyncio", "uvloop")
+SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
+              "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}  # fmt: skip
+# up --help's panels, one per group
+REACH, KUBE, SERVING, DNS, TLS = (
+    "Reaching the brokers",
+    "Kubernetes",
+    "Serving clients",
+    "DNS",
+    "TLS",
+)
+RECORDING, LIMITS, RUNNING = "Recording", "Limits", "Running"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How the brokers are reached."""
+
+    bootstrap: str | None = None
+    via: str | None = None  # None: exec with --exec, direct with --map, else kubectl
+    exec_template: str | None = None
+    mappings: tuple[str, ...] = ()
+    brokers: tuple[str, ...] = ()  # advertised HOST:PORT known up front
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """Where the cluster is, for --via kubectl (and doctor)."""
+
+    context: str | None = None
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    target: str | None = None
+    selector: str | None = None
+    kafka_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where clients reach the tunnel."""
+
+    listen: str = "127.0.0.1:9092"
+    advertise: str | None = None
+    for_containers: bool = False
+    container_network: str | None = None
+    broker_ports: tuple[str, ...] = ()  # NODE_ID=PORT
+    metrics_listen: str | None = None
+    services: tuple[str, ...] = ()  # --service NAME[:PORT][=LOCALPORT]
+    companions: bool = False  # --companions: every known service found in the namespace
+
+
+@dataclass(frozen=True)
+class DnsOptions:
+    enabled: bool = False
+    listen: str = "127.0.0.1:53"
+    setup: str = "auto"  # a resolver method, or "none"
+    first_address: str = "127.0.0.2"
+    zones: tuple[str, ...] = ()  # --dns-zone
+    namespaces: tuple[str, ...] = ()  # --namespace: its short names resolve
+
+
+@dataclass(frozen=True)
+class TlsFlags:
+    """TLS to the brokers and to the clients, and a Strimzi user's credentials."""
+
+    enabled: bool = False  # --tls
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    pkcs12: Path | None = None
+    password_file: Path | None = None
+    insecure: bool = False
+    client: bool = False  # --client-tls
+    kafka_user: str | None = None
+    show_password: bool = False
+
+    def given_without_tls(self) -> list[str]:
+        return [flag for flag, value in (
+            ("--tls-ca", self.ca), ("--tls-cert", self.cert), ("--tls-key", self.key),
+            ("--tls-password-file", self.password_file), ("--tls-insecure", self.insecure),
+            ("--tls-pkcs12", self.pkcs12)) if value]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RecordFlags:
+    directory: Path | None = None
+    rotate: str = "64MiB"
+    payloads: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    connect_timeout: float = 10.0
+    start_timeout: float = 15.0  # 0: no wait
+    max_connections: int = 1024
+    max_brokers: int = 256
+
+
+@dataclass(frozen=True)
+class Running:
+    table: bool = True
+    loop: str = "auto"
+    mode: str = "rewrite"
+    zero_copy: bool = True
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    reach: Reach = field(default_factory=Reach)
+    kube: KubeOptions = field(default_factory=KubeOptions)
+    serving: Serving = field(default_factory=Serving)
+    dns: DnsOptions = field(default_factory=DnsOptions)
+    tls: TlsFlags = field(default_factory=TlsFlags)
+    record: RecordFlags = field(default_factory=RecordFlags)
+    limits: Limits = field(default_factory=Limits)
+    running: Running = field(default_factory=Running)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the flags say, parsed: the values the tunnel is built from."""
+
+    via: str
+    listen: tuple[str, int]
+    metrics_listen: tuple[str, int] | None
+    dns_listen: tuple[str, int] | None
+    broker_ports: dict[int, int]
+    mappings: dict[tuple[str, int], tuple[str, int]]
+    services: tuple[ServiceRequest, ...]
+    rotate_bytes: int
+
+
+def check(options: UpOptions) -> Checked:
+    """Every flag on its own and with the others it goes with (BadParameter naming it)."""
+    reach, serving, tls, dns = options.reach, options.serving, options.tls, options.dns
+    namespace = options.kube.namespace
+    if namespace is not None:
+        _checked("--namespace", check_namespace, namespace)
+    via = reach.via or default_via(reach.exec_template, reach.mappings)
+    mappings = _check_reach(reach, via)
+    if via != "kubectl":
+        for flag, given, what in (
+            ("--kafka-user", tls.kafka_user, "reads the user's secret with kubectl"),
+            ("--service", serving.services, "forwards Kubernetes services"),
+            ("--companions", serving.companions, "forwards Kubernetes services"),
+        ):
+            if given:
+                raise typer.BadParameter(f"{what}: add --via kubectl", param_hint=flag)
+    services = tuple(_checked("--service", ServiceRequest.parse, s) for s in serving.services)
+    names = [s.name for s in services]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise typer.BadParameter(f"service {twice[0]} is named twice", param_hint="--service")
+    if serving.container_network is not None and not serving.for_containers:
+        raise typer.BadParameter("goes with --for-containers", param_hint="--container-network")
+    if not tls.enabled and tls.given_without_tls():
+        raise typer.BadParameter(f"{tls.given_without_tls()[0]} goes with --tls",
+                                 param_hint="--tls")  # fmt: skip
+    if tls.pkcs12 is not None and (tls.cert is not None or tls.key is not None):
+        raise typer.BadParameter("give --tls-pkcs12 or --tls-cert/--tls-key, not both",
+                                 param_hint="--tls-pkcs12")  # fmt: skip
+    if dns.setup not in ("none", *METHODS):
+        raise typer.BadParameter(f"{dns.setup!r} is not one of none, {', '.join(METHODS)}",
+                                 param_hint="--dns-setup")  # fmt: skip
+    if options.running.loop not in LOOPS:
+        raise typer.BadParameter(f"{options.running.loop!r} is not one of {', '.join(LOOPS)}",
+                                 param_hint="--loop")  # fmt: skip
+    if options.record.payloads and options.record.directory is None:
+        raise typer.BadParameter("goes with --record DIR", param_hint="--record-payloads")
+    return Checked(
+        via=via,
+        listen=parse_listen(serving.listen),
+        metrics_listen=None if serving.metrics_listen is None
+        else parse_listen(serving.metrics_listen, "--metrics-listen"),
+        dns_listen=parse_listen(dns.listen, "--dns-listen") if dns.enabled else None,
+        broker_ports=parse_broker_ports(serving.broker_ports),
+        mappings=mappings,
+        services=services,
+        rotate_bytes=parse_size(options.record.rotate, "--record-rotate"),
+    )  # fmt: skip
+
+
+def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:
+    if via not in VIA:
+        raise typer.BadParameter(f"{via!r} is not one of {', '.join(VIA)}", param_hint="--via")
+    if via == "kubectl" and (reach.exec_template or reach.mappings):
+        raise typer.BadParameter("--exec and --map do not go with --via kubectl",
+                                 param_hint="--via")  # fmt: skip
+    if via == "exec":
+        if not reach.exec_template:
+            raise typer.BadParameter(
+                'needs a command template, e.g. --exec "ssh bastion nc {host} {port}"',
+                param_hint="--via exec",
+            )
+        _checked("--exec", check_template, reach.exec_template)
+    elif reach.exec_template:
+        raise typer.BadParameter("--exec goes with --via exec", param_hint="--exec")
+    if reach.mappings and via != "direct":
+        raise typer.BadParameter(f"--map goes with --via direct, not {via}", param_hint="--map")
+    if reach.bootstrap is None and via != "kubectl":
+        raise typer.BadParameter("is required with --via exec and --via direct",
+                                 param_hint="--bootstrap")  # fmt: skip
+    return _checked("--map", parse_mapping, list(reach.mappings))
+
+
+def default_via(exec_template: str | None, mappings: tuple[str, ...]) -> str:
+    """exec with --exec, direct with --map, otherwise kubectl, when it is installed."""
+    if exec_template:
+        return "exec"
+    if mappings:
+        return "direct"
+    if shutil.which("kubectl"):
+        return "kubectl"
+    raise typer.BadParameter(
+        "kubectl is not installed, so say how to reach the brokers: --exec COMMAND (ssh, a "
+        "pod with socat) or --via direct --map ADVERTISED=REACHABLE",
+        param_hint="--via",
+    )
+
+
+def _checked(flag: str, parse: Callable[[T], R], value: T) -> R:
+    """parse(value), a ValueError reported as the flag's."""
+    try:
+        return parse(value)
+    except ValueError as cause:  # ServiceError among them
+        raise typer.BadParameter(str(cause), param_hint=flag) from None
+
+
+def parse_broker_ports(entries: tuple[str, ...]) -> dict[int, int]:
+    ports = {}
+    for entry in entries:
+        node, sep, port = entry.partition("=")
+        if not sep or not node.strip().lstrip("-").isdigit() or not port.strip().isdigit():
+            raise typer.BadParameter(f"{entry!r}: expected NODE_ID=PORT, e.g. 1=19093",
+                                     param_hint="--broker-port")  # fmt: skip
+        ports[int(node)] = int(port)
+    return ports
+
+
+def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
+    try:
+        host, port = split_address(listen)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092", param_hint=flag
+        ) from None
+    if not 0 < port < 65536:
+        raise typer.BadParameter(f"port {port} is not between 1 and 65535", param_hint=flag)
+    return host, port
+
+
+def parse_size(text: str, flag: str) -> int:
+    number = text.strip().rstrip("bBiIkKmMgG")
+    unit = text.strip()[len(number) :].lower()
+    if not number.isdigit() or unit not in SIZE_UNITS or int(number) == 0:
+        raise typer.BadParameter(f"{text!r}: expected a size like 64MiB or 500MB", param_hint=flag)
+    return int(number) * SIZE_UNITS[unit]
