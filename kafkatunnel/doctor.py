@@ -23,7 +23,7 @@ from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
 from kafkatunnel.probe import ProbeConnection, split_address
-from kafkatunnel.protocol import NOT_COORDINATOR
+from kafkatunnel.protocol import NOT_COORDINATOR, BrokerAddress
 
 PASS, FAIL, SKIP, WARN = "pass", "fail", "skip", "warn"  # warn: works now, will not for long
 CERTIFICATE_WARNING_DAYS = 14
@@ -255,7 +255,7 @@ def check_names(subject: Subject, resolve: Resolve) -> list[Result]:
     return out
 
 
-def _brokers(bootstrap: str, timeout: float) -> list[tuple[int, str, int]]:
+def _brokers(bootstrap: str, timeout: float) -> list[BrokerAddress]:
     with ProbeConnection(bootstrap, timeout) as probe:
         return probe.brokers()
 
@@ -270,7 +270,7 @@ def check_brokers(bootstrap: str, timeout: float = 5.0) -> tuple[list[Result], l
         return [Result("bootstrap answers", FAIL, f"{bootstrap}: {error}", fix)], []
     out = [Result("bootstrap answers", PASS, f"{bootstrap}: {len(brokers)} brokers")]
     reachable = []
-    for node, host, port in sorted(brokers):
+    for node, host, port in sorted((b.node_id, b.host, b.port) for b in brokers):
         check = f"broker {node} reachable"
         try:
             with ProbeConnection(f"{host}:{port}", timeout) as probe:

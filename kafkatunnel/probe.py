@@ -20,6 +20,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from kafkatunnel.protocol import (
+    BrokerAddress,
     FrameDecoder,
     api_title,
     frame,
@@ -148,11 +149,11 @@ class ProbeConnection:
             }
         return self._versions
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every broker, from a Metadata v1 request for no topic."""
+    def brokers(self) -> list[BrokerAddress]:
+        """Every broker, from a Metadata v1 request for no topic."""
         request_type: Any = load_request_schema(METADATA, 1)
         response = self.request(request_type(topics=()))
-        return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
+        return [BrokerAddress(int(b.node_id), b.host, int(b.port)) for b in response.brokers]
 
     def pick(self, api_key: int, newest: int, oldest: int = 0) -> tuple[Any, int]:
         """The request schema and version to send: the newest in [oldest, newest] that the
@@ -165,12 +166,12 @@ class ProbeConnection:
             )
         return load_request_schema(api_key, version), version
 
-    def describe_cluster(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every broker, from DescribeCluster (sent to this broker,
-        not routed to a controller as admin clients do)."""
+    def describe_cluster(self) -> list[BrokerAddress]:
+        """Every broker, from DescribeCluster (sent to this broker, not routed to a
+        controller as admin clients do)."""
         request_type, _ = self.pick(DESCRIBE_CLUSTER, 0)
         response = self.request(request_type(include_cluster_authorized_operations=False))
-        return [(int(b.broker_id), b.host, int(b.port)) for b in response.brokers]
+        return [BrokerAddress(int(b.broker_id), b.host, int(b.port)) for b in response.brokers]
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """partition -> leader node id, from a Metadata v1 request for `topic`."""

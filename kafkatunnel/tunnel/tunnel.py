@@ -381,7 +381,7 @@ class Tunnel:
         broker has its listener before any client asks. False (with a note) if unreachable."""
         address = self.bootstrap.local
 
-        def ask() -> list[tuple[int, str, int]]:
+        def ask() -> list[BrokerAddress]:
             with ProbeConnection(address, timeout=self.config.discover_timeout) as probe:
                 return probe.brokers()
 

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafkatunnel.capture.pcapng import CaptureFormatError
 from kafkatunnel.protocol import api_name, api_title
@@ -42,7 +42,7 @@ from kafkatunnel.verify.events import (
     events_of,
 )
 from kafkatunnel.verify.identity import Identities, Sighting, identify, sightings_of
-from kafkatunnel.verify.judge import MISROUTED, Facts, Verdict, judge
+from kafkatunnel.verify.judge import MISROUTED, Facts, LeaderSnapshot, Verdict, judge
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -109,7 +109,7 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
             if isinstance(node, int):
                 facts.address_nodes[str(listener["tunnel"])] = node
                 facts.address_nodes.setdefault(str(listener["advertised"]), node)
-    snapshots: dict[int, list[tuple[int, int, dict[int, int]]]] = {}
+    snapshots: dict[int, list[LeaderSnapshot]] = {}
     for event in sorted(events, key=lambda e: e.ts):
         if event.kind == BROKERS:
             for node, address in event.brokers:
@@ -124,7 +124,8 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
             for key_type, partition, leader in event.leaders:
                 by_type.setdefault(key_type, {})[partition] = leader
             for key_type, leaders in by_type.items():
-                snapshots.setdefault(key_type, []).append((event.ts, max(leaders) + 1, leaders))
+                snapshot = LeaderSnapshot(event.ts, max(leaders) + 1, leaders)
+                snapshots.setdefault(key_type, []).append(snapshot)
     facts.leaders = snapshots
     return facts
 
@@ -290,12 +291,17 @@ def fact_digest(events: Iterable[Event]) -> list[Event]:
     return out + list(first.values())
 
 
-Meta = tuple[FileSummary, Named, list[Event], list[Call | Orphan]]
+class Meta(NamedTuple):
+    """What the driver needs of a file's result: all but its events about groups."""
+
+    summary: FileSummary
+    named: Named
+    facts: list[Event]  # the digest of the events that are facts (see fact_digest)
+    halves: list[Call | Orphan]  # calls cut by the file's end, to join across files
 
 
 def meta_of(result: FileResult) -> Meta:
-    """What the driver needs of a file's result: all but its events about groups."""
-    return result.summary, result.named, fact_digest(result.events), result.halves
+    return Meta(result.summary, result.named, fact_digest(result.events), result.halves)
 
 
 def keyed_events(result: FileResult) -> list[tuple[tuple[str, int], Event]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafkatunnel.protocol import COORDINATOR_ERRORS, NOT_COORDINATOR, api_title, partition_for
 from kafkatunnel.verify.calls import Conn
@@ -33,14 +33,22 @@ OK, MISROUTED, UNVERIFIED = "ok", "misrouted", "unverified"
 PERSISTENT_DENIALS = 3  # NOT_COORDINATOR answers from a coordinator re-named in between
 
 
+class LeaderSnapshot(NamedTuple):
+    """Who led each partition of a coordinator topic, as a Metadata answer said."""
+
+    ts: int
+    partitions: int  # how many the topic has
+    leaders: dict[int, int]  # partition -> leader node id
+
+
 @dataclass
 class Facts:
     """What the whole recording says about brokers, collected before groups are judged."""
 
     address_nodes: dict[str, int] = field(default_factory=dict)
     advertised: set[tuple[int, str]] = field(default_factory=set)  # (node, address) named
-    # per key type: sorted (ts, partition count, {partition: leader}) snapshots
-    leaders: dict[int, list[tuple[int, int, dict[int, int]]]] = field(default_factory=dict)
+    # per key type: snapshots, sorted by time
+    leaders: dict[int, list[LeaderSnapshot]] = field(default_factory=dict)
     identities: Identities | None = None  # which broker is behind each server address
 
     def node_of(self, conn: Conn) -> int | None:
@@ -59,7 +67,7 @@ class Facts:
         snapshots = self.leaders.get(key_type)
         if not snapshots:
             return None
-        index = bisect.bisect_right([s[0] for s in snapshots], ts) - 1
+        index = bisect.bisect_right([s.ts for s in snapshots], ts) - 1
         if index < 0:
             return None
         _ts, count, leaders = snapshots[index]

@@ -340,7 +340,7 @@ def test_hostile_names_through_kubectl_forwards(
         refusals = [line for line in tunnel.lines if "refused broker" in line]
         assert len(refusals) == 1 and "and 2 more" in refusals[0], refusals
         with ProbeConnection(f"127.0.0.1:{port}") as probe:
-            told = {node: host for node, host, _ in probe.brokers()}
+            told = {b.node_id: b.host for b in probe.brokers()}
         assert all(told[n].endswith(".kafkatunnel.invalid") for n in (101, 102, 103)), told
         forwards = [line for line in tunnel.lines if "pod/" in line and "refused" not in line]
         assert not [f for f in forwards if "ProxyCommand" in f or "evil" in f], forwards

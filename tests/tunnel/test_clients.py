@@ -33,8 +33,8 @@ def test_tansu_with_a_kubernetes_name(cluster: LocalCluster, make_tunnel: MakeTu
     with ProbeConnection(bootstrap) as probe:
         brokers = probe.brokers()
         described = probe.describe_cluster()
-    for _, host, port in brokers + described:
-        assert _tunnel_port(bootstrap, host, port), (host, port)
+    for broker in brokers + described:
+        assert _tunnel_port(bootstrap, broker.host, broker.port), broker
     assert len(described) == 1
 
 

@@ -88,7 +88,7 @@ def test_hostile_names_are_refused_and_the_good_brokers_keep_working(
 
         # a client at every broker it is told of: only served ones open a forward
         with ProbeConnection(bootstrap) as probe:
-            told = {node: (host, p) for node, host, p in probe.brokers()}
+            told = {b.node_id: (b.host, b.port) for b in probe.brokers()}
         for host, broker_port in told.values():
             with (
                 contextlib.suppress(OSError, ValueError, ProtocolError),
@@ -219,7 +219,7 @@ def test_a_taken_port_is_never_handed_to_clients(cluster: LocalCluster) -> None:
     try:
         with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
             with ProbeConnection(tunnel.bootstrap_servers) as probe:
-                told = {node: p for node, _, p in probe.brokers()}
+                told = {b.node_id: b.port for b in probe.brokers()}
             assert port + 2 not in told.values(), told
             held = {e.listen_port for e in tunnel.tunnel.registry.brokers.values()}
             assert set(told.values()) == held

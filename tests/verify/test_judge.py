@@ -8,7 +8,7 @@ from typing import Any
 from kafkatunnel.protocol import partition_for
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import CALL, LOOKUP, Event
-from kafkatunnel.verify.judge import MISROUTED, OK, UNVERIFIED, Facts, judge
+from kafkatunnel.verify.judge import MISROUTED, OK, UNVERIFIED, Facts, LeaderSnapshot, judge
 
 JOIN, SYNC, HEARTBEAT, COMMIT = 11, 14, 12, 8
 
@@ -76,7 +76,7 @@ def test_without_a_lookup_or_metadata_nothing_is_verified() -> None:
 
 def test_the_leader_of_the_groups_offsets_partition_decides_when_recorded() -> None:
     partition = partition_for("g", 50)
-    facts = Facts(leaders={0: [(0, 50, {partition: 3})]})
+    facts = Facts(leaders={0: [LeaderSnapshot(0, 50, {partition: 3})]})
     assert judge("g", 0, [call(2, 3)], facts).verdict == OK  # no lookup, but the leader
     wrong = judge("g", 0, [lookup(1, 2), call(2, 2)], facts)
     assert wrong.verdict == MISROUTED

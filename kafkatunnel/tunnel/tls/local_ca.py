@@ -14,6 +14,7 @@ import ipaddress
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kafkatunnel.files import create_private, state_dir, state_directory, write_whole
-from kafkatunnel.tunnel.tls.options import load_pem_chain
+from kafkatunnel.tunnel.tls.options import PemPair, load_pem_chain
 
 CA_NAME = "kafkatunnel local CA"
 CA_DAYS = 3650
@@ -43,14 +44,20 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def local_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, Path]:
-    """The tunnel's own CA in `directory`, made the first time: certificate, key, PEM path."""
+class LocalCa(NamedTuple):
+    certificate: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+    path: Path  # of the certificate, PEM: what clients trust
+
+
+def local_ca(directory: Path) -> LocalCa:
+    """The tunnel's own CA in `directory`, made the first time."""
     state_directory(directory)
     cert_path, key_path = directory / "ca.pem", directory / "ca.key"
     if cert_path.exists() and key_path.exists():
         key = serialization.load_pem_private_key(key_path.read_bytes(), None)
         if isinstance(key, ec.EllipticCurvePrivateKey):
-            return x509.load_pem_x509_certificate(cert_path.read_bytes()), key, cert_path
+            return LocalCa(x509.load_pem_x509_certificate(cert_path.read_bytes()), key, cert_path)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -73,13 +80,11 @@ def local_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     with open(create_private(key_path), "wb") as out:
         out.write(key_pem)
     write_whole(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    return cert, key, cert_path
+    return LocalCa(cert, key, cert_path)
 
 
-def server_certificate(
-    ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, names: list[str]
-) -> tuple[bytes, bytes]:
-    """A certificate for the addresses and names clients connect to (PEM cert, PEM key)."""
+def server_certificate(ca: LocalCa, names: list[str]) -> PemPair:
+    """A certificate for the addresses and names clients connect to."""
     key = ec.generate_private_key(ec.SECP256R1())
     alternatives: list[x509.GeneralName] = []
     for name in dict.fromkeys(names):
@@ -91,7 +96,7 @@ def server_certificate(
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(f"kafkatunnel {names[0]}"))
-        .issuer_name(ca.subject)
+        .issuer_name(ca.certificate.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -100,13 +105,14 @@ def server_certificate(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), False
         )
-        .sign(ca_key, hashes.SHA256())
+        .sign(ca.key, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), key.private_bytes(
+    key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+    return PemPair(cert.public_bytes(serialization.Encoding.PEM), key_pem)
 
 
 def listener_tls(
@@ -115,10 +121,10 @@ def listener_tls(
     """The listeners' TLS: a certificate from the tunnel's CA, made now, for `listen_host`,
     loopback's names and every host clients are `told` (--advertise, a Docker bridge's
     address, host.docker.internal): a client verifies the name it was told."""
-    ca, ca_key, ca_path = local_ca(directory or state_dir() / "client-ca")
+    ca = local_ca(directory or state_dir() / "client-ca")
     names = [listen_host, *told, "127.0.0.1", "::1", "localhost"]
-    cert, key = server_certificate(ca, ca_key, names)
+    cert, key = server_certificate(ca, names)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     load_pem_chain(context, cert, key)
-    return ClientTls(context, ca_path)
+    return ClientTls(context, ca.path)

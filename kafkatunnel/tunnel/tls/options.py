@@ -9,6 +9,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kafkatunnel.tunnel.tls.messages import openssl_reason
 
@@ -92,7 +93,14 @@ def _load_client_certificate(context: ssl.SSLContext, options: TlsOptions) -> No
         ) from None
 
 
-def pkcs12_pem(path: Path, password: bytes | None) -> tuple[bytes, bytes]:
+class PemPair(NamedTuple):
+    """A certificate (with any chain after it) and its private key, as PEM."""
+
+    cert: bytes
+    key: bytes
+
+
+def pkcs12_pem(path: Path, password: bytes | None) -> PemPair:
     """The certificate (with any chain after it) and key of a PKCS#12 file, as PEM: what
     Strimzi's user.p12 and Java keystores hold, and OpenSSL cannot load as they are."""
     from cryptography.hazmat.primitives.serialization import (
@@ -118,7 +126,7 @@ def pkcs12_pem(path: Path, password: bytes | None) -> tuple[bytes, bytes]:
     if key is None or cert is None:
         raise TlsSetupError(f"--tls-pkcs12 {path}: holds no certificate with its private key")
     pem = cert.public_bytes(Encoding.PEM) + b"".join(c.public_bytes(Encoding.PEM) for c in chain)
-    return pem, key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    return PemPair(pem, key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
 
 
 def load_pem_chain(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
