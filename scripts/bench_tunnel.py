@@ -81,11 +81,13 @@ class Path_:
     # against the mean of the direct measurements just before and just after this path's
     produce_ratio: list[float] = field(default_factory=list)
     consume_ratio: list[float] = field(default_factory=list)
+    p50_added: list[float] = field(default_factory=list)
     p99_added: list[float] = field(default_factory=list)
 
     def compare(self, mine: Sample, before: Sample, after: Sample) -> None:
         self.produce_ratio.append(2 * mine.produce / (before.produce + after.produce))
         self.consume_ratio.append(2 * mine.consume / (before.consume + after.consume))
+        self.p50_added.append(mine.p50 - (before.p50 + after.p50) / 2)
         self.p99_added.append(mine.p99 - (before.p99 + after.p99) / 2)
 
     def fresh_broker(self) -> None:
@@ -550,6 +552,36 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
         print(f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{a:+.2f}" for p, c, a in rows))
     report_recording(paths)
     report_tls(paths)
+    report_baseline(paths)
+
+
+def report_baseline(paths: list[Path_]) -> None:
+    """Each variant against the same variant run from the --baseline tree, round by round:
+    throughput ratios (each to its own direct runs) divided, the latency each adds over
+    direct, and relay CPU per MB divided."""
+    by_name = {p.name: p for p in paths}
+    names = {"kafkatunnel-uvloop": "kafkatunnel"}  # the uvloop variant's name (start_paths)
+    pairs = [
+        (by_name[names.get(variant, variant)], p)
+        for p in paths
+        if p.name.endswith("-baseline") and (variant := p.name.removesuffix("-baseline"))
+    ]
+    if not pairs:
+        return
+    med = statistics.median
+    print("\n| this tree vs --baseline | produce | consume | p50 added ms | p99 added ms "
+          "| relay CPU per MB |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for mine, base in pairs:
+        produce = [a / b for a, b in zip(mine.produce_ratio, base.produce_ratio, strict=True)]
+        consume = [a / b for a, b in zip(mine.consume_ratio, base.consume_ratio, strict=True)]
+        cpu = [a / b for a, b in zip(mine.relay_cpu, base.relay_cpu, strict=True)]
+        cells = [
+            f"{med(produce):.0%}", f"{med(consume):.0%}",
+            f"{med(mine.p50_added):+.3f} vs {med(base.p50_added):+.3f}",
+            f"{med(mine.p99_added):+.3f} vs {med(base.p99_added):+.3f}", f"{med(cpu):.2f}x",
+        ]  # fmt: skip
+        print(f"| {mine.name} | " + " | ".join(cells) + " |")
 
 
 def report_tls(paths: list[Path_]) -> None:
