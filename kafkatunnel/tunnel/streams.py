@@ -45,10 +45,12 @@ class ByteStream(ABC):
         self._reader: Wake | None = None
         self._writer: Wake | None = None
         self._own: Wake | None = None  # the stream's own business (bytes it must send)
-        self._reader_waits: Wait = (read_fd, False)
-        self._writer_waits: Wait = (write_fd, True)
-        self._own_waits: Wait = (write_fd, True)
-        self._registered: set[Wait] = set()
+        self._read_wait: Wait = (read_fd, False)  # what the reader waits for, unless told
+        self._write_wait: Wait = (write_fd, True)  # what the writer (and the stream) wait for
+        self._reader_waits = self._read_wait
+        self._writer_waits = self._own_waits = self._write_wait
+        self._registered: dict[Wait, Wake] = {}
+        self._dispatchers: dict[Wait, Wake] = {}
         self._soon: asyncio.Handle | None = None
         self._closed = False
 
@@ -111,22 +113,34 @@ class ByteStream(ABC):
             self._reader()
 
     def _update(self) -> None:
-        """Register what the parties wait for, and nothing else."""
-        wanted: set[Wait] = set()
-        if self._reader is not None:
-            wanted.add(self._reader_waits)
-        if self._writer is not None:
-            wanted.add(self._writer_waits)
-        if self._own is not None:
-            wanted.add(self._own_waits)
-        if wanted == self._registered:
+        """Register what the parties wait for, and nothing else: a party alone on its own
+        descriptor's readiness directly (the usual case: no call between the loop and the
+        Pump), others through _ready, which wakes whoever waited."""
+        wanted: dict[Wait, Wake] = {}
+        for wake, wait, own in (
+            (self._reader, self._reader_waits, self._read_wait),
+            (self._writer, self._writer_waits, self._write_wait),
+            (self._own, self._own_waits, self._write_wait),
+        ):
+            if wake is not None:
+                shared = wait in wanted or wait != own
+                wanted[wait] = self._dispatcher(wait) if shared else wake
+        registered = self._registered
+        if wanted == registered:
             return
-        for fd, writing in self._registered - wanted:
-            (self.loop.remove_writer if writing else self.loop.remove_reader)(fd)
-        for fd, writing in wanted - self._registered:
-            ready = functools.partial(self._ready, (fd, writing))
-            (self.loop.add_writer if writing else self.loop.add_reader)(fd, ready)
+        loop = self.loop
+        for fd, writing in registered.keys() - wanted.keys():
+            (loop.remove_writer if writing else loop.remove_reader)(fd)
+        for (fd, writing), wake in wanted.items():
+            if registered.get((fd, writing)) != wake:
+                (loop.add_writer if writing else loop.add_reader)(fd, wake)
         self._registered = wanted
+
+    def _dispatcher(self, wait: Wait) -> Wake:
+        found = self._dispatchers.get(wait)
+        if found is None:
+            found = self._dispatchers[wait] = functools.partial(self._ready, wait)
+        return found
 
     def _ready(self, wait: Wait) -> None:
         """A descriptor is ready: wake each party that waited for it."""
@@ -138,13 +152,13 @@ class ByteStream(ABC):
             woken.append(reader)
         if writer is not None and self._writer_waits == wait:
             woken.append(writer)
-        if wait == self._reader_waits != (self.read_fd, False):  # it waited for the other's
-            self._reader_waits = (self.read_fd, False)
+        if wait == self._reader_waits != self._read_wait:  # it waited for the other's
+            self._reader_waits = self._read_wait
             self._update()
-        if wait == self._writer_waits != (self.write_fd, True):
-            self._writer_waits = (self.write_fd, True)
+        if wait == self._writer_waits != self._write_wait:
+            self._writer_waits = self._write_wait
             self._update()
-        if len(woken) == 1:  # the usual case
+        if len(woken) == 1:
             woken[0]()
             return
         for wake in woken:  # unless an earlier wake made that party stop waiting

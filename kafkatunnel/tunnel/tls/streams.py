@@ -57,25 +57,24 @@ class SocketTlsStream(ByteStream):
         except ssl.SSLWantWriteError:  # OpenSSL must send first (a KeyUpdate's answer)
             self._reader_waits_for((self.write_fd, True))
             return None
-        if len(first) < TLS_RECORD or size <= TLS_RECORD:
-            return first  # one record, or less: the common answer, with nothing zero-filled
-        # Records full to the brim: bulk data. OpenSSL gives one record per call, so several
-        # calls fill one buffer, which then passes on whole, as a socket read's would.
-        buffer = bytearray(size)
-        buffer[:TLS_RECORD] = first
-        view = memoryview(buffer)
-        filled = TLS_RECORD
+        if not first:
+            return first
+        # OpenSSL gives a record per call: read on while records are there, so that they
+        # pass on together, as a socket read's bytes would (allocating what they hold, no
+        # more: most answers are one small record).
+        parts, filled = [first], len(first)
         while filled < size:
             try:
-                got = tls.recv_into(view[filled:])
+                part = tls.recv(min(size - filled, TLS_RECORD))
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break  # the next read meets it again, and waits then
-            if not got:  # the end: the next read says so again
+            if not part:  # the end: the next read says so again
                 break
-            filled += got
+            parts.append(part)
+            filled += len(part)
         if filled == size and self.held():
             self._wake_reader_soon()
-        return view[:filled]
+        return first if len(parts) == 1 else b"".join(parts)
 
     def write(self, out: list[Chunk]) -> bool:
         try:
