@@ -36,6 +36,7 @@ TLS termination beside the broker, which a TLS broker pays itself).
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
 import socket
@@ -48,15 +49,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import confluent_kafka
+from kafka.record.default_records import DefaultRecordBatchBuilder  # type: ignore[import-untyped]
+from kio.index import load_request_schema
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.harness import TANSU_HOST, start_tansu, tansu_binary
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.probe import ProbeConnection
+from kafkatunnel.probe import ProbeConnection, encode_request
 
 VALUE = 1024
 
@@ -83,12 +89,17 @@ class Path_:
     consume_ratio: list[float] = field(default_factory=list)
     p50_added: list[float] = field(default_factory=list)
     p99_added: list[float] = field(default_factory=list)
+    trips_added: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # p50, p99
 
     def compare(self, mine: Sample, before: Sample, after: Sample) -> None:
         self.produce_ratio.append(2 * mine.produce / (before.produce + after.produce))
         self.consume_ratio.append(2 * mine.consume / (before.consume + after.consume))
         self.p50_added.append(mine.p50 - (before.p50 + after.p50) / 2)
         self.p99_added.append(mine.p99 - (before.p99 + after.p99) / 2)
+        for kind, (p50, p99) in mine.trips.items():
+            around = [before.trips[kind], after.trips[kind]]
+            added = (p50 - sum(a[0] for a in around) / 2, p99 - sum(a[1] for a in around) / 2)
+            self.trips_added.setdefault(kind, []).append(added)
 
     def fresh_broker(self) -> None:
         if self.scratch is not None:  # the open file is unlinked; its space comes back later
@@ -355,22 +366,92 @@ def consume(bootstrap: str, topic: str, count: int, client: dict[str, str] | Non
     return count * VALUE / elapsed / 1e6
 
 
+TRIPS = ("metadata", "produce", "fetch")  # the round trips whose latency is measured
+
+
 def latency(
-    bootstrap: str, requests: int, tls: ssl.SSLContext | None = None
-) -> tuple[float, float]:
+    bootstrap: str, requests: int, topic: str, tls: ssl.SSLContext | None = None
+) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (ms) of round trips on one connection, each kind in a row: Metadata for
+    no topic (which the proxies that rewrite must parse), a small Produce (one 100-byte
+    record, acks=1) and a Fetch of that record (what applications wait on)."""
+
     def connect(host: str, port: int, timeout: float) -> socket.socket:
         sock = socket.create_connection((host, port), timeout=timeout)
         return sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
 
-    samples = []
+    out = {}
     with ProbeConnection(bootstrap, connect=connect) as probe:
         probe.brokers()
-        for _ in range(requests):
-            start = time.perf_counter_ns()
-            probe.brokers()
-            samples.append((time.perf_counter_ns() - start) / 1e6)
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+        written = probe.request(_produce(topic))  # where our small records land
+        offset = int(written.responses[0].partition_responses[0].base_offset)
+        frames = {
+            "metadata": encode_request(_untyped(load_request_schema(3, 1))[0](topics=()), 1),
+            "produce": encode_request(_produce(topic), 2),
+            "fetch": encode_request(_fetch(topic, offset), 3),
+        }
+        for kind in TRIPS:
+            samples = []
+            for _ in range(requests):
+                start = time.perf_counter_ns()
+                probe.sock.sendall(frames[kind])
+                _read_frame(probe.sock)
+                samples.append((time.perf_counter_ns() - start) / 1e6)
+            samples.sort()
+            out[kind] = statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+    return out
+
+
+def _produce(topic: str) -> Any:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)  # fmt: skip
+    builder.append(0, timestamp=None, key=None, value=b"v" * 100, headers=[])
+    request, topic_data, partition_data = _untyped(
+        ProduceRequest, TopicProduceData, PartitionProduceData
+    )
+    data = partition_data(index=0, records=bytes(builder.build()))
+    return request(
+        transactional_id=None,
+        acks=1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(topic_data(name=topic, partition_data=(data,)),),
+    )
+
+
+def _fetch(topic: str, offset: int) -> Any:
+    request, fetch_topic, fetch_partition = _untyped(FetchRequest, FetchTopic, FetchPartition)
+    partition = fetch_partition(
+        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=4096,
+    )  # fmt: skip
+    return request(
+        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0,
+        max_bytes=4096, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(fetch_topic(topic=topic, partitions=(partition,)),), forgotten_topics_data=(),
+        rack_id="",
+    )  # fmt: skip
+
+
+def _untyped(*types: type) -> tuple[Any, ...]:
+    """kio's classes, called with plain ints (kio's NewTypes are for its own encoders)."""
+    return types
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    """One whole response frame from a blocking socket."""
+    head = _read_exactly(sock, 4)
+    return _read_exactly(sock, int.from_bytes(head, "big"))
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the connection closed mid-answer")
+        data += chunk
+    return bytes(data)
 
 
 def main() -> None:
@@ -500,6 +581,7 @@ class Sample:
     consume: float
     p50: float
     p99: float
+    trips: dict[str, tuple[float, float]]  # round trip kind -> p50, p99 (ms)
 
 
 def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
@@ -511,7 +593,8 @@ def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
     used = cpu_used(before, cpu_times(path.relay_pids()))
     path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
     path.consume.append(consume(path.bootstrap, topic, args.messages, path.client))
-    p50, p99 = latency(path.bootstrap, args.requests, path.probe_tls)
+    trips = latency(path.bootstrap, args.requests, topic, path.probe_tls)
+    p50, p99 = trips["metadata"]
     path.p50.append(p50)
     path.p99.append(p99)
     print(
@@ -520,7 +603,11 @@ def measure(path: Path_, round_: int, args: argparse.Namespace) -> Sample:
         f"relay CPU {path.relay_cpu[-1]:.2f} ms/MB",
         flush=True,
     )
-    return Sample(path.produce[-1], path.consume[-1], p50, p99)
+    print(
+        "         " + "  ".join(f"{k} p50 {a:.3f} p99 {b:.3f}" for k, (a, b) in trips.items()),
+        flush=True,
+    )
+    return Sample(path.produce[-1], path.consume[-1], p50, p99, trips)
 
 
 def report(paths: list[Path_], args: argparse.Namespace) -> None:
@@ -550,9 +637,25 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
     for path in paths[1:]:
         rows = zip(path.produce_ratio, path.consume_ratio, path.p99_added, strict=True)
         print(f"  {path.name}: " + ", ".join(f"{p:.0%}/{c:.0%}/{a:+.2f}" for p, c, a in rows))
+    report_round_trips(paths)
     report_recording(paths)
     report_tls(paths)
     report_baseline(paths)
+
+
+def report_round_trips(paths: list[Path_]) -> None:
+    """The latency each path adds over the direct runs either side, per round trip kind:
+    medians over rounds of p50 and p99 added."""
+    med = statistics.median
+    print("\n| round trip: added over direct, p50 / p99 ms | " + " | ".join(TRIPS) + " |")
+    print("| --- |" + " ---: |" * len(TRIPS))
+    for path in paths[1:]:
+        cells = []
+        for kind in TRIPS:
+            added = path.trips_added.get(kind, [])
+            cells.append(f"{med(a[0] for a in added):+.3f} / {med(a[1] for a in added):+.3f}"
+                         if added else "-")  # fmt: skip
+        print(f"| {path.name} | " + " | ".join(cells) + " |")
 
 
 def report_baseline(paths: list[Path_]) -> None:
