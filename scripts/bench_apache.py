@@ -77,7 +77,8 @@ def measure_here(bootstrap: str, messages: int, requests: int, client: dict[str,
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     produced = produce(bootstrap, topic, messages, client=client)
     consumed = consume(bootstrap, topic, messages, client=client)
-    p50, p99 = latency(bootstrap, requests) if not client else (float("nan"), float("nan"))
+    nan = (float("nan"), float("nan"))
+    p50, p99 = latency(bootstrap, requests, topic)["metadata"] if not client else nan
     print(json.dumps({"produce": produced, "consume": consumed, "p50": p50, "p99": p99}))
 
 
