@@ -407,6 +407,7 @@ def run_up(console: Console, options: UpOptions) -> None:
     tls = read_tls(tls_flags)
     if isinstance(forwarder, KubectlForwarder) and (tls or tls_flags.kafka_user):
         tls = from_cluster(console, forwarder, tls, tls_flags.kafka_user, tls_flags.show_password)
+    context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
         console.print(f"[yellow]warning: {warning_text}[/]")
@@ -448,7 +449,7 @@ def run_up(console: Console, options: UpOptions) -> None:
             resolver_zones=privileges.zones,
             metrics_listen=checked.metrics_listen,
             dns_sockets=privileges.dns_sockets,
-            tls=None if tls is None else tls_context(tls),
+            tls=context,
             advertise=advertise,
             audiences=audiences,
         )
