@@ -22,13 +22,14 @@ from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
-from kafkatunnel.probe import ProbeConnection, split_address
+from kafkatunnel.probe import CLIENT_ID, ProbeConnection, split_address
 from kafkatunnel.protocol import NOT_COORDINATOR, BrokerAddress
 
 PASS, FAIL, SKIP, WARN = "pass", "fail", "skip", "warn"  # warn: works now, will not for long
 CERTIFICATE_WARNING_DAYS = 14
 MEMBER_ID_REQUIRED = 79
 GROUP_TRIES = 400
+DOCTOR_CLIENT = f"{CLIENT_ID}-doctor"  # verify reports its smoke groups apart
 RBAC_VERBS = (("get", "pods"), ("list", "pods"), ("create", "pods/portforward"))
 Resolve = Callable[[str], list[str]]
 
@@ -293,7 +294,7 @@ def smoke_group(bootstrap: str, node: int, timeout: float = 10.0) -> Result:
     check = f"group on broker {node}"
     prefix = f"kafkatunnel-doctor-{uuid.uuid4().hex[:8]}"
     try:
-        with ProbeConnection(bootstrap, timeout) as probe:
+        with ProbeConnection(bootstrap, timeout, client_id=DOCTOR_CLIENT) as probe:
             found = probe.keys_by_coordinator(prefix, 1, nodes={node}, tries=GROUP_TRIES)
         if not found:
             fix = f"does broker {node} lead any __consumer_offsets partition?"
@@ -301,7 +302,7 @@ def smoke_group(bootstrap: str, node: int, timeout: float = 10.0) -> Result:
             return Result(check, FAIL, detail, fix)
         coordinator = found[node]
         group = coordinator.key
-        with ProbeConnection(coordinator.address, timeout) as probe:
+        with ProbeConnection(coordinator.address, timeout, client_id=DOCTOR_CLIENT) as probe:
             error, member = probe.join_group_error(group)
             if member:
                 probe.leave_group(group, member)

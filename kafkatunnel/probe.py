@@ -60,7 +60,18 @@ class Coordinator:
         return f"{self.host}:{self.port}"
 
 
-def encode_request(payload: Any, correlation_id: int, client_id: str = "kafkatunnel") -> bytes:
+CLIENT_ID = "kafkatunnel"  # a probe's client id; each of the tool's own parts adds its name
+
+
+def own_client(client_id: str | None) -> str | None:
+    """The client id when it is this tool's own (`kafkatunnel`, `kafkatunnel-doctor`...),
+    else None: verify reports the tool's own look-ups apart from the applications'."""
+    if client_id == CLIENT_ID or (client_id or "").startswith(CLIENT_ID + "-"):
+        return client_id
+    return None
+
+
+def encode_request(payload: Any, correlation_id: int, client_id: str = CLIENT_ID) -> bytes:
     """A whole request frame for a kio request payload."""
     header_type: Any = RequestHeaderV2 if payload.__flexible__ else RequestHeaderV1
     header = header_type(
@@ -100,8 +111,15 @@ def split_address(address: str) -> tuple[str, int]:
 class ProbeConnection:
     """One connection that sends requests one at a time and waits for each answer."""
 
-    def __init__(self, address: str, timeout: float = 5.0, connect: Connect = _tcp) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout: float = 5.0,
+        connect: Connect = _tcp,
+        client_id: str = CLIENT_ID,
+    ) -> None:
         host, port = split_address(address)
+        self.client_id = client_id
         self.sock = connect(host, port, timeout)
         self.sock.settimeout(timeout)
         self._decoder = FrameDecoder()
@@ -120,7 +138,7 @@ class ProbeConnection:
     def request(self, payload: Any) -> Any:
         api_key, version = int(payload.__api_key__), int(payload.__version__)
         self._correlation += 1
-        self.sock.sendall(encode_request(payload, self._correlation))
+        self.sock.sendall(encode_request(payload, self._correlation, self.client_id))
         while True:
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -285,12 +303,13 @@ def find_coordinator(
     transactional: bool = False,
     timeout: float = 5.0,
     connect: Connect = _tcp,
+    client_id: str = CLIENT_ID,
 ) -> Coordinator:
     """Ask the first reachable bootstrap broker which broker coordinates `key`."""
     errors = []
     for address in bootstrap.split(","):
         try:
-            with ProbeConnection(address.strip(), timeout, connect) as connection:
+            with ProbeConnection(address.strip(), timeout, connect, client_id) as connection:
                 return connection.find_coordinator(key, transactional)
         except OSError as error:
             errors.append(f"{address}: {error}")

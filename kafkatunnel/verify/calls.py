@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from kafkatunnel.capture.packets import SYN, Capture, Segment
 from kafkatunnel.capture.pcapng import Interface
+from kafkatunnel.probe import own_client
 from kafkatunnel.protocol import (
     FrameDecoder,
     ProtocolError,
@@ -45,6 +46,7 @@ class Conn(NamedTuple):
     node: int | None  # the broker behind it (a kafkatunnel listener's node); None: unknown
     tunnel: bool  # recorded by kafkatunnel (client-facing answers must name tunnel addresses)
     advertised: str | None = None  # the broker address the listener forwards to
+    tool: str | None = None  # the client id, when it is this tool's (kafkatunnel-doctor...)
 
 
 @dataclass(slots=True)
@@ -167,10 +169,11 @@ class _Direction:
 
 
 class _Flow:
-    __slots__ = ("conn", "dns", "pending", "requests", "responses")
+    __slots__ = ("conn", "dns", "first_request", "pending", "requests", "responses")
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
+        self.first_request = True
         self.requests = _Direction()
         self.responses = _Direction()
         self.pending: dict[int, Call] = {}
@@ -288,6 +291,11 @@ class FileDecoder:
             return
         if self.frame_log is not None:
             self.frame_log.append((header.api_key, header.correlation_id, True))
+        if flow.first_request:
+            flow.first_request = False
+            tool = own_client(header.client_id)
+            if tool is not None:
+                flow.conn = flow.conn._replace(tool=tool)
         kept = whole if header.api_key in KEPT_REQUESTS else None
         call = Call(flow.conn, header.api_key, header.api_version, header.correlation_id, ts, kept)
         if wanted:  # acks=0 Produce requests are answered by nothing and verify nothing

@@ -87,6 +87,7 @@ class Verdict:
     errors: dict[str, int]
     timeline: list[dict[str, Any]]
     start: int = 0  # the timeline's zero, in capture time (ns)
+    tool: str | None = None  # the client id, when all its traffic was this tool's own
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class Verdict:
             "coordinator": self.coordinator,
             "errors": self.errors,
             "timeline": self.timeline,
+            "tool": self.tool,
         }
 
 
@@ -171,8 +173,12 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     if not any(e.kind == CALL for e in events):
         notes.append("no coordinator-scoped request was recorded")
     verdict = MISROUTED if wrong else (OK if checked else UNVERIFIED)
+    tools = {e.conn.tool for e in events}
+    tool = tools.pop() if len(tools) == 1 else None
+    if tool is not None and verdict == UNVERIFIED:
+        notes.append(f"{tool}'s own look-up (by its client id), not an application's group")
     return Verdict(key, key_type, verdict, _unique(wrong) + notes, checked, named, errors,
-                   timeline, start)  # fmt: skip
+                   timeline, start, tool)  # fmt: skip
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafkatunnel.probe import ProbeConnection, find_coordinator
+from kafkatunnel.probe import CLIENT_ID, ProbeConnection, find_coordinator
 from kafkatunnel.protocol import COORDINATOR_ERRORS
 from kafkatunnel.verify.events import TRANSACTION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+REPLAY_CLIENT = f"{CLIENT_ID}-replay"
 
 
 def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -> dict[str, Any]:
@@ -24,12 +26,13 @@ def replay_key(bootstrap: str, key: str, key_type: int, timeout: float = 10.0) -
         "ok": False,
     }
     try:
-        found = find_coordinator(bootstrap, key, transactional=transactional, timeout=timeout)
+        found = find_coordinator(bootstrap, key, transactional=transactional, timeout=timeout,
+                                 client_id=REPLAY_CLIENT)  # fmt: skip
         result.update(coordinator=found.node_id, address=found.address)
         if found.error_code:
             result["error"] = COORDINATOR_ERRORS.get(found.error_code, found.error_code)
             return result
-        with ProbeConnection(found.address, timeout) as connection:
+        with ProbeConnection(found.address, timeout, client_id=REPLAY_CLIENT) as connection:
             if transactional:
                 error = connection.describe_transaction_error(key)
                 result["checked_with"] = "DescribeTransactions" if error is not None else None

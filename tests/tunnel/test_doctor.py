@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from kafkatunnel.doctor import (
@@ -21,7 +22,9 @@ from kafkatunnel.doctor import (
     system_resolve,
 )
 from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster.sessions import spread_workload
 from kafkatunnel.localcluster.single_forward import SingleForward
+from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.tunnel import ExecForwarder
 from tests.tunnel.conftest import MakeTunnel
 
@@ -100,3 +103,30 @@ def test_the_command_exits_by_its_checks(make_tunnel: MakeTunnel, tmp_path: Path
     )  # fmt: skip
     assert nothing.returncode == 1 and "some checks failed" in nothing.stdout
     assert Subject().bootstrap is None
+
+
+def test_a_recording_with_a_doctor_run_in_it_passes_verify_strict(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, tmp_path: Path
+) -> None:
+    work = spread_workload(cluster, f"doc-{uuid.uuid4().hex[:6]}", per_broker=1)
+    tunnel = make_tunnel(record_dir=tmp_path / "rec")
+    produce(tunnel.bootstrap_servers, work.topic, 6)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "doctor", "--bootstrap", tunnel.bootstrap_servers],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    consumed = consume_groups(tunnel.bootstrap_servers, dict.fromkeys(work.groups, 6), work.topic)
+    assert all(r.ok for r in consumed.values())
+    tunnel.stop()
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--strict", "--json",
+         "-", str(tmp_path / "rec")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    verdicts = json.loads(out.stdout)["groups"]
+    applications = {v["key"]: v["verdict"] for v in verdicts if v["tool"] is None}
+    assert applications == dict.fromkeys(work.groups, "ok")
+    doctors = [v for v in verdicts if v["tool"] == "kafkatunnel-doctor"]
+    assert {v["verdict"] for v in doctors} == {"ok", "unverified"}  # joined; only looked up
+    assert sum(v["verdict"] == "ok" for v in doctors) == 3  # a smoke group per broker
