@@ -21,57 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kafkatunnel.capture.packets import Capture
-from kafkatunnel.capture.recorder import Listener, Recorder
-from kafkatunnel.protocol import FrameDecoder
-from kafkatunnel.verify.calls import listener_of
+from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
 from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "recordings" / "routed"
-Conversation = tuple[Listener, tuple[str, int], list[tuple[bool, bytes]]]
-
-
-def conversations(files: list[Path]) -> tuple[list[Conversation], bytes]:
-    """Each connection of the sample: its listener, server address and frames in order."""
-    flows: dict[tuple[str, int, str, int], Conversation] = {}
-    decoders: dict[tuple[tuple[str, int, str, int], bool], FrameDecoder] = {}
-    prefix = b""
-    for path in files:
-        capture = Capture(path.read_bytes())
-        for segment in capture.segments():
-            found = listener_of(capture.interfaces[segment.interface])
-            assert found is not None
-            listener = Listener(found["node_id"], str(found["advertised"]), str(found["tunnel"]))  # type: ignore[arg-type]
-            to_server = f"{segment.dst}:{segment.dport}" == listener.tunnel
-            key = (segment.src, segment.sport, segment.dst, segment.dport)
-            if not to_server:
-                key = (segment.dst, segment.dport, segment.src, segment.sport)
-            flows.setdefault(key, (listener, (key[2], key[3]), []))
-            decoder = decoders.setdefault((key, to_server), FrameDecoder())
-            for frame in decoder.feed(segment.payload):
-                flows[key][2].append((to_server, frame))
-                if not prefix and b"-g-" in frame:
-                    at = frame.index(b"-g-")
-                    prefix = frame[at - 11 : at]  # e.g. sample-ea59
-    return list(flows.values()), prefix
 
 
 def make_recording(directory: Path, copies: int) -> int:
-    sample, prefix = conversations(sorted(SAMPLE.iterdir()))
-    recorder = Recorder(directory, rotate_bytes=32 * 1024 * 1024)
-    frames = 0
-    for copy in range(copies):
-        tag = f"copy{copy:07d}".encode()[-len(prefix) :].rjust(len(prefix), b"x")
-        for index, (listener, server, exchange) in enumerate(sample):
-            port = 10_000 + (copy * len(sample) + index) % 50_000
-            recording = recorder.connection(listener, ("127.0.0.2", port), server)
-            for to_server, frame in exchange:
-                data = frame.replace(prefix, tag)
-                (recording.from_client if to_server else recording.to_client)([data])
-                frames += 1
-            recording.closed()
-    recorder.close()
-    return frames
+    sample = read_sample(sorted(SAMPLE.iterdir()))
+    return record_copies(directory, sample, (tag_for(c, sample.prefix) for c in range(copies)))
 
 
 def tshark(files: list[Path], ports: list[int]) -> float:
@@ -113,7 +71,8 @@ def main() -> int:
     spark.stop()
     assert distributed.as_dict() == local.as_dict()
 
-    ports = sorted({int(p.tunnel.rsplit(":", 1)[1]) for p, _, _ in conversations(files[:1])[0]})
+    listeners = read_sample(files[:1]).conversations
+    ports = sorted({int(c.listener.tunnel.rsplit(":", 1)[1]) for c in listeners})
     tshark_s = tshark(files, ports) if shutil.which("tshark") else float("nan")
 
     groups = len(local.verdicts)

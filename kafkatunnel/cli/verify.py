@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kafkatunnel.cli.output import error, make_console
@@ -45,6 +47,12 @@ def verify(
     html_file: str | None = typer.Option(
         None, "--html", metavar="FILE", help="Write a one-file HTML report."
     ),
+    junit_file: str | None = typer.Option(
+        None,
+        "--junit",
+        metavar="FILE",
+        help="Write a JUnit XML report (a test case per group) for CI systems to show.",
+    ),
     in_process: bool = typer.Option(False, help="Run without Spark (small recordings)."),
     replay_against: str | None = typer.Option(
         None,
@@ -65,9 +73,23 @@ def verify(
     """Did every consumer group and transactional id talk to its coordinator? Exit 0 only
     when nothing is misrouted or leaked (with --strict: and everything was checked)."""
     raise typer.Exit(
-        run_verify(make_console(), paths or [], master, json_file, html_file, in_process,
-                   replay_against, parse_brokers(broker), strict)
+        run_verify(make_console(), paths or [], master, Outputs(json_file, html_file, junit_file),
+                   in_process, replay_against, parse_brokers(broker), strict)
     )  # fmt: skip
+
+
+class Outputs(NamedTuple):
+    """Where the report goes besides the terminal."""
+
+    json_file: str | None = None  # "-": standard output
+    html_file: str | None = None
+    junit_file: str | None = None
+
+    def files(self) -> list[tuple[str, str]]:
+        """(flag, path) of each file to write."""
+        named = (("--json", self.json_file), ("--html", self.html_file),
+                 ("--junit", self.junit_file))  # fmt: skip
+        return [(flag, target) for flag, target in named if target is not None and target != "-"]
 
 
 def parse_brokers(entries: list[str]) -> dict[str, int]:
@@ -82,8 +104,7 @@ def run_verify(
     console: Console,
     paths: list[str],
     master: str,
-    json_file: str | None,
-    html_file: str | None,
+    outputs: Outputs,
     in_process: bool,
     replay_against: str | None,
     brokers: dict[str, int] | None = None,
@@ -100,10 +121,9 @@ def run_verify(
             "no .pcap or .pcapng files there (record with `kafkatunnel up --record DIR`)",
             param_hint="PATHS",
         )
-    for flag, target in (("--json", json_file), ("--html", html_file)):
-        if target not in (None, "-"):
-            _check_writable(Path(str(target)), flag)
-    if json_file == "-":  # standard output is the JSON's alone: the rest goes to stderr
+    for flag, target in outputs.files():
+        _check_writable(Path(target), flag)
+    if outputs.json_file == "-":  # standard output is the JSON's alone: the rest goes to stderr
         console = make_console(stderr=True)
     spark = None
     spark_log = None
@@ -121,10 +141,12 @@ def run_verify(
     if addresses is not None:
         console.print(addresses)
     for line in summary_lines(report):
-        console.print(line, style="bold red" if "NOTHING" in line else None, soft_wrap=True)
+        # these lines quote the recording (group ids, addresses): text, never markup
+        console.print(line, style="bold red" if "NOTHING" in line else None, soft_wrap=True,
+                      markup=False, highlight=False)  # fmt: skip
     problems, failed = verdict_of_run(report, strict)
     for problem in problems:
-        console.print(problem, style="red", soft_wrap=True)
+        console.print(problem, style="red", soft_wrap=True, markup=False, highlight=False)
     if replay_against:
         keys = sorted({(v.key, v.key_type) for v in report.verdicts})
         results = replay(keys, replay_against, spark)
@@ -132,16 +154,18 @@ def run_verify(
         for column in ("key", "coordinator", "checked with", "result"):
             replayed.add_column(column)
         for result in results:
-            outcome = "[green]ok[/]" if result["ok"] else f"[red]{result.get('error')}[/]"
+            outcome = (
+                "[green]ok[/]" if result["ok"] else f"[red]{escape(str(result.get('error')))}[/]"
+            )
             replayed.add_row(
-                result["key"], str(result.get("coordinator")),
+                escape(result["key"]), str(result.get("coordinator")),
                 str(result.get("checked_with") or "FindCoordinator"), outcome,
             )  # fmt: skip
         console.print(replayed)
         failed = failed or not all(r["ok"] for r in results)
     last = final_line(report, failed)
     console.print(last, style="green" if last == "verify: ok" else "bold red", soft_wrap=True)
-    write_reports(report, json_file, html_file)
+    write_reports(report, outputs.json_file, outputs.html_file, outputs.junit_file, strict)
     if spark is not None:
         spark.stop()
         console.print(f"Spark's own log: {spark_log}", highlight=False, soft_wrap=True)

@@ -3,7 +3,7 @@
 
     spark-submit --py-files kafkatunnel.zip \\
         "$(python -c 'import kafkatunnel.verify.submit as m; print(m.__file__)')" \\
-        hdfs:///recordings/ --json report.json --html report.html
+        hdfs:///recordings/ --json report.json --html report.html --junit verify.xml
 
 The master, resources and files come from spark-submit; the exit code is verify's.
 """
@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
         help="write the report as JSON here (-: standard output, and nothing else there)",
     )
     parser.add_argument("--html", dest="html_file", help="write the HTML report here")
+    parser.add_argument("--junit", dest="junit_file", help="write a JUnit XML report here")
     parser.add_argument(
         "--broker", action="append", default=[], metavar="ADDRESS=NODE",
         help="the broker behind a captured server address (repeatable)",
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
     # on stdout must come alone: what the lines say is in it too ("nothing_checked", ...).
     if args.json_file != "-":
         print("\n".join([*lines, final_line(report, failed)]))
-    write_reports(report, args.json_file, args.html_file)
+    write_reports(report, args.json_file, args.html_file, args.junit_file, args.strict)
     return 1 if failed else 0
 
 

@@ -1,0 +1,124 @@
+"""`verify --junit`: the report as JUnit XML, read back by junitparser (the parser CI
+result publishers use), not by our own writer. One recording holds ok groups, misrouted
+ones (a copy whose listeners say its connections reached the wrong brokers) and unverified
+ones (a copy whose look-ups were left out, its ids hostile to XML and to terminal markup)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from junitparser.junitparser import Failure, JUnitXml, Skipped
+
+from kafkatunnel.capture.recorder import Listener
+from kafkatunnel.localcluster.copies import read_sample, record_copies
+from kafkatunnel.verify.job import Report, verify_local
+from kafkatunnel.verify.junit import junit_xml
+from tests.verify.conftest import ROUTED
+
+FIND_COORDINATOR = b"\x00\x0a"
+SAMPLE = read_sample(sorted(ROUTED.iterdir()))
+OK_TAG = b"fine-000001"
+MISROUTED_TAG = b"wrong-00002"
+HOSTILE_TAG = b'<\x01&]]>"[/x]'  # no look-ups recorded for these: unverified
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("junit")
+
+    def keep(to_server: bool, frame: bytes) -> bool:
+        return not (to_server and frame[4:6] == FIND_COORDINATOR and HOSTILE_TAG in frame)
+
+    def relisten(tag: bytes, listener: Listener) -> Listener:
+        if tag != MISROUTED_TAG or listener.node_id is None:
+            return listener
+        return dataclasses.replace(listener, node_id=listener.node_id % 3 + 1)
+
+    tags = [OK_TAG, MISROUTED_TAG, HOSTILE_TAG]
+    assert all(len(tag) == len(SAMPLE.prefix) for tag in tags)
+    record_copies(directory, SAMPLE, tags, keep=keep, relisten=relisten)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def report(recording: Path) -> Report:
+    return verify_local([str(recording)])
+
+
+def cases(xml: bytes) -> dict[str, tuple[str, str, object]]:
+    """name -> (classname, outcome, the result element) as junitparser reads them."""
+    suites = JUnitXml.fromstring(xml.decode())
+    out: dict[str, tuple[str, str, object]] = {}
+    for suite in suites:
+        for case in suite:
+            results = case.result
+            outcome = type(results[0]).__name__.lower() if results else "passed"
+            out[case.name] = (case.classname, outcome, results[0] if results else None)
+    return out
+
+
+def verdicts(report: Report) -> dict[str, str]:
+    return {v.key: v.verdict for v in report.verdicts}
+
+
+def test_each_group_is_a_case_named_by_its_verdict(report: Report) -> None:
+    expected = verdicts(report)
+    assert {"ok", "misrouted", "unverified"} <= set(expected.values())
+    found = cases(junit_xml(report, strict=False))
+    groups = {name: outcome for name, (_, outcome, _) in found.items() if name in expected}
+    escaped = [n for n in found if "\\u0001" in n]  # XML 1.0 cannot hold U+0001: escaped
+    assert len(groups) + len(escaped) == len(expected)
+    for name, (classname, outcome, result) in found.items():
+        key = name.replace("\\u0001", "\x01")
+        if classname == "leaks":
+            assert outcome == "passed"
+            continue
+        assert classname in ("group", "transactional_id", "kafkatunnel")
+        verdict = expected[key]
+        assert (
+            outcome == {"ok": "passed", "misrouted": "failure", "unverified": "skipped"}[verdict]
+        ), (key, verdict, outcome)
+        if verdict == "misrouted":
+            assert isinstance(result, Failure) and result.type == "misrouted"
+            assert "went to broker" in (result.text or "")  # the evidence
+            assert "FindCoordinator" in (result.text or "")  # and the timeline
+        if verdict == "unverified":
+            assert isinstance(result, Skipped) and "unverified" in (result.message or "")
+    suite = next(iter(JUnitXml.fromstring(junit_xml(report, strict=False).decode())))
+    counted = list(expected.values())
+    assert suite.tests == len(counted) + 1
+    assert suite.failures == counted.count("misrouted")
+    assert suite.skipped == counted.count("unverified")
+
+
+def test_strict_fails_the_unverified_cases(report: Report) -> None:
+    found = cases(junit_xml(report, strict=True))
+    outcomes = {o for name, (_, o, _) in found.items() if name.startswith("<")}
+    assert outcomes == {"failure"}
+    own = {o for c, o, _ in found.values() if c == "kafkatunnel"}  # the tool's own look-ups
+    assert own == {"skipped"}
+
+
+def test_the_command_writes_the_file_and_prints_hostile_ids_as_text(
+    recording: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "verify.xml"
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--junit", str(target),
+         str(recording)], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr  # misrouted groups fail the run
+    assert "Traceback" not in out.stderr
+    assert '"[/x]-g-0 (unverified)' in out.stdout  # the id as it is, not read as markup
+    names = set(cases(target.read_bytes()))
+    assert f"{MISROUTED_TAG.decode()}-g-0" in names and f"{OK_TAG.decode()}-g-0" in names
+    wrong = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--junit",
+         str(tmp_path / "no" / "such" / "dir.xml"), str(recording)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "--junit" in wrong.stderr and "Traceback" not in wrong.stderr
