@@ -142,6 +142,23 @@ kt_apache_kafka() {
   mv "$partial" "$KT_KAFKA_LIB"
 }
 
+# Hadoop's S3A connector for `verify s3a://...` (kafkatunnel/verify/objectstore.py), at the
+# version of the Hadoop inside the installed PySpark (the same coordinates verify hands Spark),
+# with its AWS SDK bundle, into the local Maven repository (~/.m2), where Spark's own package
+# resolution looks before Maven Central (scripts/hadoop-aws/pom.xml). After kt_venv.
+kt_hadoop_aws() {
+  local version jar
+  version="$(python -c 'from kafkatunnel.verify.objectstore import hadoop_version as v; print(v())')"
+  jar="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/$version/hadoop-aws-$version.jar"
+  if [ -f "$jar" ]; then return 0; fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    kt_apt_update
+    kt_apt install -y -qq --no-install-recommends maven >/dev/null
+  fi
+  kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
+  mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+}
+
 # The clients in other languages that the tests run through the tunnel: franz-go from the Go
 # module proxy (go.sum pins it), kafkajs and @platformatic/kafka from npm (package-lock.json
 # pins them) into a cache outside the repository named by the lock file's hash. The Java

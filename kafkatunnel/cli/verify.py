@@ -21,6 +21,7 @@ from kafkatunnel.verify.job import (
     verify_local,
     verify_spark,
 )
+from kafkatunnel.verify.objectstore import ObjectStoreError, object_store_settings
 from kafkatunnel.verify.replay import replay
 from kafkatunnel.verify.report import (
     address_table,
@@ -36,7 +37,8 @@ def verify(
     paths: list[str] = typer.Argument(
         None,
         metavar="PATH...",
-        help="Recordings: pcap/pcapng files, directories, or Hadoop URIs (hdfs://...).",
+        help="Recordings: pcap/pcapng files, directories, or Hadoop URIs (hdfs://..., "
+        "s3a://bucket/prefix/ with the usual AWS variables and files).",
     ),
     master: str = typer.Option(
         "local[*]", metavar="URL", help="Spark master URL (spark://host:7077, ...)."
@@ -121,6 +123,15 @@ def run_verify(
             "no .pcap or .pcapng files there (record with `kafkatunnel up --record DIR`)",
             param_hint="PATHS",
         )
+    remote = [f for f in files if "://" in f and not f.startswith("file://")]
+    if in_process and remote:
+        raise typer.BadParameter(f"{remote[0]}: --in-process reads local files only; "
+                                 "read URIs through Spark (drop --in-process)",
+                                 param_hint="--in-process")  # fmt: skip
+    try:
+        settings = object_store_settings(files)
+    except ObjectStoreError as cause:
+        raise typer.BadParameter(str(cause), param_hint="PATHS") from None
     for flag, target in outputs.files():
         _check_writable(Path(target), flag)
     if outputs.json_file == "-":  # standard output is the JSON's alone: the rest goes to stderr
@@ -133,7 +144,7 @@ def run_verify(
             error(problem, "install what Spark needs, or verify without Spark: --in-process")
             return 2
         spark_log = Path(tempfile.mkstemp(prefix="kafkatunnel-spark-", suffix=".log")[1])
-        spark = spark_session(master, log=spark_log)
+        spark = spark_session(master, log=spark_log, settings=settings)
     report: Report = (verify_local(files, brokers) if spark is None
                       else verify_spark(files, spark, brokers))  # fmt: skip
     console.print(table(report))

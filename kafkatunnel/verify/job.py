@@ -15,9 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MAX_PROBLEMS = 20  # per file: enough to say what is wrong
+PARALLEL_BYTES = 16 * 2**20  # below this, starting processes costs more than it saves
 Named = Counter[tuple[str, int, str]]  # (address, api key, "tunnel"|"plain") -> times named
 
 
@@ -356,9 +360,39 @@ def identify_brokers(
                     user=user)  # fmt: skip
 
 
-def verify_local(paths: Iterable[str], brokers: Mapping[str, int] | None = None) -> Report:
-    """The whole job in this process, no Spark. `brokers`: address -> node, from the user."""
-    results = [decode_file(p, Path(p).read_bytes()) for p in expand(paths)]
+def decode_path(path: str) -> FileResult:
+    return decode_file(path, Path(path).read_bytes())
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def decode_all(files: list[str], workers: int | None = None) -> list[FileResult]:
+    """Stage 1 without Spark: each file on its own, in a process per core when there is
+    enough to share (forked when this process runs no other thread, else from a fork
+    server, as forking a threaded process is not safe)."""
+    workers = cores() if workers is None else workers
+    if workers < 2 or len(files) < 2 or sum(_size(f) for f in files) < PARALLEL_BYTES:
+        return [decode_path(f) for f in files]
+    method = "fork" if threading.active_count() == 1 else "forkserver"
+    with ProcessPoolExecutor(min(workers, len(files)), get_context(method)) as pool:
+        return list(pool.map(decode_path, files))
+
+
+def _size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0  # read (and reported) by the decoder
+
+
+def verify_local(
+    paths: Iterable[str], brokers: Mapping[str, int] | None = None, workers: int | None = None
+) -> Report:
+    """The whole job without Spark: files decoded by `workers` processes (one per core by
+    default), judged here. `brokers`: address -> node, from the user."""
+    results = decode_all(expand(paths), workers)
     gathered = gather(meta_of(r) for r in results)
     by_key: dict[tuple[str, int], list[Event]] = {}
     for result in results + gathered.joined:
@@ -431,10 +465,13 @@ def spark_problem() -> str | None:
     return None
 
 
-def spark_session(master: str = "local[*]", log: Path | None = None) -> SparkSession:
+def spark_session(
+    master: str = "local[*]", log: Path | None = None, settings: Mapping[str, str] | None = None
+) -> SparkSession:
     """A Spark session for verify. On a cluster, this kafkatunnel is shipped to the workers
     (pure Python); its dependencies (kio has a native part) must be installed there, e.g.
-    `pip install kafkatunnel` in the workers' Python (PYSPARK_PYTHON).
+    `pip install kafkatunnel` in the workers' Python (PYSPARK_PYTHON). `settings`: more
+    Spark settings (object_storage_settings' for s3a:// recordings).
 
     With `log`, the JVM's own output (its launcher's notes, Spark's start-up lines, the
     Python workers it starts) goes to that file instead of this process's terminal, so a
@@ -458,6 +495,8 @@ def spark_session(master: str = "local[*]", log: Path | None = None) -> SparkSes
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
     )
+    for key, value in (settings or {}).items():
+        builder = builder.config(key, value)
     with _output_to(log):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

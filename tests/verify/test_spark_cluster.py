@@ -8,45 +8,11 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import free_port
-from kafkatunnel.localcluster.processes import ManagedProcess
 from tests.verify.conftest import ROUTED, SINGLE_FORWARD
-
-
-@pytest.fixture(scope="module")
-def spark_master() -> Iterator[str]:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
-    spark_class = str(home / "bin" / "spark-class")
-    port = free_port()
-    master = ManagedProcess(
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(free_port())],
-        name="spark-master", env=env,
-    )  # fmt: skip
-    worker = None
-    try:
-        master.wait_for_line(r"I have been elected leader", timeout=90)
-        url = f"spark://127.0.0.1:{port}"
-        worker = ManagedProcess(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-             "--webui-port", str(free_port()), "--cores", "2", "--memory", "1g", url],
-            name="spark-worker", env=env,
-        )  # fmt: skip
-        worker.wait_for_line(r"Successfully registered with master", timeout=90)
-        yield url
-    finally:
-        if worker is not None:
-            worker.stop()
-        master.stop()
 
 
 @pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])
