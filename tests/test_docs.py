@@ -9,7 +9,7 @@ must exist and know the flags.
 
 Every other block runs with bash inside a network namespace that plays the laptop: a tunnel
 on 127.0.0.1:9092 (as the docs assume) to the local cluster, recording to recordings/, with
-a topic `orders`. A line ending in `# until Ctrl-C` runs while traffic goes through the
+a topic `orders`, and an S3 server named by the usual AWS variables. A line ending in `# until Ctrl-C` runs while traffic goes through the
 tunnel, then gets Ctrl-C. A console block (`$ command` and what it prints) runs in a
 directory holding its document's kafkatunnel.toml, and must print the lines it shows.
 """
@@ -170,7 +170,12 @@ def laptop(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> I
            "KAFKATUNNEL_STATE_DIR": str(work / "state")}  # fmt: skip
     for name in ("COLUMNS", "KAFKATUNNEL_PROFILE", "KAFKATUNNEL_CONFIG"):
         env.pop(name, None)
+    env.update(S3_ENVIRONMENT)
     with NetworkNamespace() as namespace:
+        s3 = ManagedProcess(
+            [*namespace.exec_prefix(), sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+             "-p", "9000"], name="docs-s3", env=env,
+        )  # fmt: skip
         up = ManagedProcess(
             [*namespace.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up",
              "--bootstrap", cluster.mock[0].address, "--exec", cluster.exec_template(),
@@ -180,13 +185,20 @@ def laptop(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         )  # fmt: skip
         try:
             up.wait_for_line(r"^bootstrap\.servers=127\.0\.0\.1:9092$", timeout=30)
+            s3.wait_for_line(r"Running on http://127\.0\.0\.1:9000", timeout=30)
             laptop = Laptop(namespace, work, env)
             seeded = laptop.bash(f"{TRAFFIC}\nkt_traffic", work)
             assert seeded.returncode == 0, seeded.stdout + seeded.stderr
             yield laptop
         finally:
             up.stop()
+            s3.stop()
 
+
+# What a CI runner's environment holds for object storage: a local S3 server (moto's) in the
+# laptop's namespace, and credentials it accepts
+S3_ENVIRONMENT = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "us-east-1",
+                  "AWS_ACCESS_KEY_ID": "docs", "AWS_SECRET_ACCESS_KEY": "docs-secret"}  # fmt: skip
 
 # Traffic through the tunnel: messages in `orders`, and a group that reads them.
 TRAFFIC = f"""
