@@ -9,9 +9,10 @@ must exist and know the flags.
 
 Every other block runs with bash inside a network namespace that plays the laptop: a tunnel
 on 127.0.0.1:9092 (as the docs assume) to the local cluster, recording to recordings/, with
-a topic `orders`, and an S3 server named by the usual AWS variables. A line ending in `# until Ctrl-C` runs while traffic goes through the
-tunnel, then gets Ctrl-C. A console block (`$ command` and what it prints) runs in a
-directory holding its document's kafkatunnel.toml, and must print the lines it shows.
+a topic `orders`, and an S3 server named by the usual AWS variables. A line ending in
+`# until Ctrl-C` runs while traffic goes through the tunnel, then gets Ctrl-C. A console
+block (`$ command` and what it prints) runs in a directory holding its document's
+kafkatunnel.toml, and must print the lines it shows.
 """
 
 from __future__ import annotations
