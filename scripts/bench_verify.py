@@ -1,7 +1,9 @@
 """Benchmark `kafkatunnel verify` on a recording of at least 10^6 Kafka frames, side by side
-with the same decoding in one process and with tshark reading the same files.
+with the same job without Spark (on every core, and on one) and with tshark reading the
+same files; with --baseline, also the same passes of an earlier source tree (a git
+worktree), in the same run.
 
-    .venv/bin/python scripts/bench_verify.py [--copies 1000] [--keep DIR]
+    .venv/bin/python scripts/bench_verify.py [--copies 1000] [--keep DIR] [--baseline DIR]
 
 The recording is made by the real recorder from real traffic: the frames of the committed
 routed session (tests/data/recordings/routed) are replayed through `Recorder` once per copy,
@@ -12,17 +14,19 @@ place, same length), so verify has ~1000x as many groups to judge as the sample.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
-from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
+from kafkatunnel.verify.job import Report, cores, spark_session, verify_local, verify_spark
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "recordings" / "routed"
 
@@ -44,10 +48,46 @@ def tshark(files: list[Path], ports: list[int]) -> float:
     return time.perf_counter() - start
 
 
+BASELINE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from kafkatunnel.verify.job import Report, cores, spark_session, verify_local, verify_spark
+start = time.perf_counter()
+local = verify_local([sys.argv[2]])
+local_s = time.perf_counter() - start
+spark = spark_session("local[*]")
+start = time.perf_counter()
+distributed = verify_spark([sys.argv[2]], spark)
+spark_s = time.perf_counter() - start
+spark.stop()
+print(json.dumps({"spark": spark_s, "local": local_s, "ok": local.ok and distributed.ok}))
+"""
+
+
+def baseline(tree: Path, recording: Path) -> dict[str, float]:
+    """The Spark and in-process passes of the source tree at `tree`, in a process of its own."""
+    out = subprocess.run(
+        [sys.executable, "-c", BASELINE, str(tree.resolve()), str(recording)],
+        capture_output=True, text=True, check=True, cwd=tree,
+    )  # fmt: skip
+    found: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
+def timed(run: Callable[[], Report]) -> tuple[float, Report]:
+    start = time.perf_counter()
+    report = run()
+    return time.perf_counter() - start, report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--copies", type=int, default=1000)
     parser.add_argument("--keep", type=Path, help="keep the recording in this directory")
+    parser.add_argument(
+        "--baseline", type=Path, metavar="DIR",
+        help="an earlier source tree (git worktree add DIR REV) to run too",
+    )  # fmt: skip
     args = parser.parse_args()
     directory = args.keep or Path(tempfile.mkdtemp(prefix="kt-bench-verify-"))
     start = time.perf_counter()
@@ -57,19 +97,17 @@ def main() -> int:
     print(f"recording: {written:,} frames in {len(files)} files, {size / 2**20:.0f} MiB "
           f"(made in {time.perf_counter() - start:.0f} s)")  # fmt: skip
 
-    start = time.perf_counter()
-    local = verify_local([str(directory)])
-    local_s = time.perf_counter() - start
+    local_s, local = timed(lambda: verify_local([str(directory)]))
     assert local.frames == written and local.ok, (local.frames, written)
-
+    one_s, one = timed(lambda: verify_local([str(directory)], workers=1))
+    assert one.as_dict() == local.as_dict()
     start = time.perf_counter()
     spark = spark_session("local[*]")
     startup = time.perf_counter() - start
-    start = time.perf_counter()
-    distributed = verify_spark([str(directory)], spark)
-    spark_s = time.perf_counter() - start
+    spark_s, distributed = timed(lambda: verify_spark([str(directory)], spark))
     spark.stop()
     assert distributed.as_dict() == local.as_dict()
+    before = baseline(args.baseline, directory) if args.baseline else None
 
     listeners = read_sample(files[:1]).conversations
     ports = sorted({int(c.listener.tunnel.rsplit(":", 1)[1]) for c in listeners})
@@ -77,13 +115,24 @@ def main() -> int:
 
     groups = len(local.verdicts)
     print(f"{groups} groups and transactional ids judged, all ok: {local.ok}")
-    print(f"{'pass':<34}{'seconds':>9}{'frames/s':>12}{'vs tshark':>11}")
-    for name, seconds in (
-        ("verify on Spark, local[*] (2 cores)", spark_s),
-        ("verify in one process", local_s),
-        ("tshark -T fields (Kafka dissector)", tshark_s),
-    ):
-        print(f"{name:<34}{seconds:>9.1f}{written / seconds:>12,.0f}{tshark_s / seconds:>10.1f}x")
+    rows = [
+        ("verify on Spark, local[*]", spark_s, before["spark"] if before else None),
+        (
+            f"verify without Spark, {cores()} processes",
+            local_s,
+            before["local"] if before else None,
+        ),
+        ("verify without Spark, one process", one_s, before["local"] if before else None),
+        ("tshark -T fields (Kafka dissector)", tshark_s, None),
+    ]
+    print(f"{'pass':<40}{'seconds':>9}{'frames/s':>12}{'vs tshark':>11}"
+          + (f"{'baseline s':>12}{'speed-up':>10}" if before else ""))  # fmt: skip
+    for name, seconds, earlier in rows:
+        line = (f"{name:<40}{seconds:>9.1f}{written / seconds:>12,.0f}"
+                f"{tshark_s / seconds:>10.1f}x")  # fmt: skip
+        if earlier:
+            line += f"{earlier:>12.1f}{earlier / seconds:>9.2f}x"
+        print(line)
     print(f"(Spark session start-up, not counted above: {startup:.1f} s)")
     if args.keep is None:
         shutil.rmtree(directory)

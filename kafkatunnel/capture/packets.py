@@ -170,6 +170,26 @@ def dns_from_udp(packet: Packet, linktype: int) -> bytes | None:
 
 def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     """The TCP segment in a captured packet; None for anything else (ARP, UDP, fragments)."""
+    data = packet.data
+    start = _PLAIN_IPV4_AT.get(linktype)
+    if linktype == LINKTYPE_ETHERNET and data[12:14] != b"\x08\x00":
+        start = None
+    if start is not None and len(data) >= start + 40 and data[start] == 0x45:
+        # the bulk of any capture: IPv4 without options carrying TCP, read in one unpack
+        total, fragment, protocol, src, dst, sport, dport, seq, offset, flags = (
+            _IPV4_TCP_READ.unpack_from(data, start)
+        )
+        if protocol == 6 and not fragment & 0x3FFF:
+            end = min(start + total, len(data)) if total else len(data)
+            return Segment(
+                packet.interface, packet.timestamp_ns, _V4.get(src) or _v4(src), sport,
+                _V4.get(dst) or _v4(dst), dport, seq, flags,
+                data[start + 20 + (offset >> 4) * 4 : end],
+            )  # fmt: skip
+    return _any_tcp_segment(packet, linktype)
+
+
+def _any_tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     data = memoryview(packet.data)
     found = _transport(data, linktype)
     if found is None or found[0] != 6:
@@ -193,9 +213,22 @@ def tcp_segment(packet: Packet, linktype: int) -> Segment | None:
     )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=4096)
+_V4: dict[bytes, str] = {}  # addresses as text, for the fast path (bounded by _v4)
+# Where a plain IPv4 header starts, per link type
+_PLAIN_IPV4_AT = {
+    **dict.fromkeys(LINKTYPE_RAW_ALIASES, 0), LINKTYPE_IPV4: 0, LINKTYPE_NULL: 4,
+    LINKTYPE_ETHERNET: 14,
+}  # fmt: skip
+# total length, fragment, protocol, addresses; source and destination ports, sequence,
+# data offset, flags
+_IPV4_TCP_READ = struct.Struct("!2xH2xH1xB2x4s4sHHI4xBB")
+
+
 def _v4(raw: bytes) -> str:
-    return ipaddress.IPv4Address(raw).compressed
+    if len(_V4) >= 4096:  # a capture of many hosts: start again rather than grow
+        _V4.clear()
+    text = _V4[raw] = ipaddress.IPv4Address(raw).compressed
+    return text
 
 
 @functools.lru_cache(maxsize=4096)

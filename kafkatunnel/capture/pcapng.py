@@ -27,6 +27,11 @@ LINKTYPE_RAW = 101  # the packet starts with an IPv4 or IPv6 header
 _U32 = struct.Struct("<I")
 
 
+# per byte order: a block's type and length; an enhanced packet's interface, timestamp
+# and captured length
+_HEADS = {order: (struct.Struct(order + "II"), struct.Struct(order + "IIII")) for order in "<>"}
+
+
 class CaptureFormatError(ValueError):
     """The bytes are not a pcap or pcapng capture this reader understands."""
 
@@ -133,8 +138,17 @@ class PcapngReader:
         data = self.data
         pos, end = 0, len(data)
         order = "<"
+        head, packet_head = _HEADS[order]
+        nanoseconds: list[bool] = []  # per interface: timestamps already in ns (recordings)
         while pos + 12 <= end:
-            block_type = _U32.unpack_from(data, pos)[0]
+            block_type, length = head.unpack_from(data, pos)
+            if block_type == ENHANCED_PACKET and 32 <= length <= end - pos and not length % 4:
+                # the bulk of any capture, as recordings write it: one unpack for its fields
+                iface, high, low, captured = packet_head.unpack_from(data, pos + 8)
+                if iface < len(nanoseconds) and nanoseconds[iface] and captured <= length - 32:
+                    yield Packet(iface, (high << 32) | low, data[pos + 28 : pos + 28 + captured])
+                    pos += length
+                    continue
             if block_type == SECTION_HEADER:
                 magic = data[pos + 8 : pos + 12].tobytes()
                 if magic == b"\x4d\x3c\x2b\x1a":
@@ -143,8 +157,10 @@ class PcapngReader:
                     order = ">"
                 else:
                     raise CaptureFormatError(f"pcapng section at {pos} has no byte-order magic")
+                head, packet_head = _HEADS[order]
+                (length,) = struct.unpack_from(order + "I", data, pos + 4)
                 self.interfaces = []
-            (length,) = struct.unpack_from(order + "I", data, pos + 4)
+                nanoseconds = []
             if length < 12 or length % 4 or pos + length > end:
                 if pos + length > end and length >= 12:
                     self.cut_short_at = pos  # cut short while being written: keep what is whole
@@ -158,14 +174,14 @@ class PcapngReader:
             elif block_type == INTERFACE_DESCRIPTION:
                 linktype = struct.unpack_from(order + "H", body, 0)[0]
                 options = _parse_options(body[8:], order)
-                self.interfaces.append(
-                    Interface(
-                        linktype,
-                        options.get(IF_NAME, b"").decode("utf-8", "replace"),
-                        options.get(IF_DESCRIPTION, b"").decode("utf-8", "replace"),
-                        _resolution(options.get(IF_TSRESOL)),
-                    )
+                interface = Interface(
+                    linktype,
+                    options.get(IF_NAME, b"").decode("utf-8", "replace"),
+                    options.get(IF_DESCRIPTION, b"").decode("utf-8", "replace"),
+                    _resolution(options.get(IF_TSRESOL)),
                 )
+                self.interfaces.append(interface)
+                nanoseconds.append(interface.ticks_per_second == 1_000_000_000)
             elif block_type == ENHANCED_PACKET:
                 iface, high, low, captured = struct.unpack_from(order + "IIII", body, 0)
                 yield Packet(iface, self._ns(iface, (high << 32) | low), body[20 : 20 + captured])

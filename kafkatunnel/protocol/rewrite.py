@@ -270,8 +270,11 @@ class ByteWalk:
                 raise MalformedMessage(f"nullable struct {field.name} has marker {marker}")
             return (1 if marker == 1 else 0), pos + 1
         if field.compact:
-            count, pos = wire.read_uvarint(buf, pos)
-            count -= 1
+            if pos < len(buf) and buf[pos] < 0x80:  # a one-byte varint, as almost always
+                count, pos = buf[pos] - 1, pos + 1
+            else:
+                count, pos = wire.read_uvarint(buf, pos)
+                count -= 1
         else:
             count, pos = wire.read_int32(buf, pos)
         if count < -1 or (count == -1 and not field.nullable):
@@ -285,8 +288,11 @@ class ByteWalk:
     def variable(self, field: FieldPlan, pos: int) -> int:
         buf = self.buf
         if field.compact:
-            length, pos = wire.read_uvarint(buf, pos)
-            length -= 1
+            if pos < len(buf) and buf[pos] < 0x80:  # a one-byte varint, as almost always
+                length, pos = buf[pos] - 1, pos + 1
+            else:
+                length, pos = wire.read_uvarint(buf, pos)
+                length -= 1
         elif field.kafka_type == "string":
             length, pos = wire.read_int16(buf, pos)
         else:
@@ -300,6 +306,8 @@ class ByteWalk:
 
     def tagged(self, plan: StructPlan, pos: int, node_id: int | None) -> int:
         buf = self.buf
+        if pos < len(buf) and buf[pos] == 0:  # no tagged fields, as almost always
+            return pos + 1
         count, pos = wire.read_uvarint(buf, pos)
         for _ in range(count):
             field_start = pos

@@ -9,6 +9,7 @@ halves of all files are together.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -34,6 +35,8 @@ KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
 KEPT_REQUESTS = KEPT_APIS | {1}
 KEPT_RESPONSES = KEPT_APIS | ADDRESS_APIS | {2}
 MAX_OUT_OF_ORDER = 256  # segments held waiting for a gap to fill before giving up on a flow
+PRODUCE = 0
+_FIXED_HEADER = struct.Struct(">hhi")  # a request's api key, api version, correlation id
 
 
 class Conn(NamedTuple):
@@ -283,23 +286,32 @@ class FileDecoder:
                 self._response(flow, whole, segment.timestamp_ns)
 
     def _request(self, flow: _Flow, whole: bytes, ts: int) -> None:
-        try:
-            header = parse_request_header(whole)
-            wanted = expects_response(whole, header)
-        except ProtocolError as error:
-            flow.requests.broken = f"a request could not be read: {error}"
-            return
+        # Most requests need only the three fixed fields; the whole header (its client id,
+        # a Produce's acks) is read for a connection's first request and for Produce.
+        if len(whole) >= 12:
+            api_key, api_version, correlation = _FIXED_HEADER.unpack_from(whole, 4)
+        else:
+            api_key = api_version = correlation = -1
+        if api_key == PRODUCE or api_key < 0 or api_version < 0 or flow.first_request:
+            try:
+                header = parse_request_header(whole)
+                wanted = expects_response(whole, header)
+            except ProtocolError as error:
+                flow.requests.broken = f"a request could not be read: {error}"
+                return
+            if flow.first_request:
+                flow.first_request = False
+                tool = own_client(header.client_id)
+                if tool is not None:
+                    flow.conn = flow.conn._replace(tool=tool)
+        else:
+            wanted = True
         if self.frame_log is not None:
-            self.frame_log.append((header.api_key, header.correlation_id, True))
-        if flow.first_request:
-            flow.first_request = False
-            tool = own_client(header.client_id)
-            if tool is not None:
-                flow.conn = flow.conn._replace(tool=tool)
-        kept = whole if header.api_key in KEPT_REQUESTS else None
-        call = Call(flow.conn, header.api_key, header.api_version, header.correlation_id, ts, kept)
+            self.frame_log.append((api_key, correlation, True))
+        kept = whole if api_key in KEPT_REQUESTS else None
+        call = Call(flow.conn, api_key, api_version, correlation, ts, kept)
         if wanted:  # acks=0 Produce requests are answered by nothing and verify nothing
-            flow.pending[header.correlation_id] = call
+            flow.pending[correlation] = call
 
     def _response(self, flow: _Flow, whole: bytes, ts: int) -> None:
         if len(whole) < 8:

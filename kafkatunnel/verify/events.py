@@ -90,20 +90,31 @@ def _response(call: Call) -> Any:
 
 def first_error(value: Any) -> int:
     """The first non-zero error code anywhere in a decoded message (0 if none)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        code = getattr(value, "error_code", None)
-        if code is not None and int(code):
-            return int(code)
-        for field in fields(value):
-            found = first_error(getattr(value, field.name))
-            if found:
-                return found
-    elif isinstance(value, tuple):
+    if isinstance(value, tuple):
         for item in value:
             found = first_error(item)
             if found:
                 return found
+        return 0
+    names = _field_names(type(value))
+    if not names:
+        return 0
+    code = getattr(value, "error_code", None)
+    if code is not None and int(code):
+        return int(code)
+    for name in names:
+        found = first_error(getattr(value, name))
+        if found:
+            return found
     return 0
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A kio message class's fields that may hold errors (other values: none)."""
+    if not is_dataclass(kind):
+        return ()
+    return tuple(f.name for f in fields(kind))
 
 
 def _batched(items: Any, key_field: str) -> list[tuple[str, int]]:

@@ -62,6 +62,15 @@ class FileResult:
     named: Named = field(default_factory=Counter)
     halves: list[Call | Orphan] = field(default_factory=list)
 
+    # Results travel between processes (decoding workers, Spark's cache): events as plain
+    # tuples unpickle in C, named tuples through copyreg, a third slower.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "events": [tuple(event) for event in self.events]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["events"] = list(map(Event._make, state["events"]))
+        self.__dict__.update(state)
+
 
 def _collect(calls: Iterable[Call], result: FileResult) -> None:
     for call in calls:
