@@ -51,7 +51,7 @@ def tshark(files: list[Path], ports: list[int]) -> float:
 BASELINE = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from kafkatunnel.verify.job import Report, cores, spark_session, verify_local, verify_spark
+from kafkatunnel.verify.job import spark_session, verify_local, verify_spark
 start = time.perf_counter()
 local = verify_local([sys.argv[2]])
 local_s = time.perf_counter() - start

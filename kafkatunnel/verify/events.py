@@ -96,7 +96,8 @@ def first_error(value: Any) -> int:
             if found:
                 return found
         return 0
-    names = _field_names(type(value))
+    kind: type[object] = type(value)
+    names = _field_names(kind)
     if not names:
         return 0
     code = getattr(value, "error_code", None)
@@ -109,12 +110,16 @@ def first_error(value: Any) -> int:
     return 0
 
 
-@functools.cache
-def _field_names(kind: type) -> tuple[str, ...]:
-    """A kio message class's fields that may hold errors (other values: none)."""
-    if not is_dataclass(kind):
-        return ()
-    return tuple(f.name for f in fields(kind))
+_FIELD_NAMES: dict[type[object], tuple[str, ...]] = {}
+
+
+def _field_names(kind: type[object]) -> tuple[str, ...]:
+    """A kio message class's fields, which may hold errors (other values: none), kept."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        found = fields(kind) if is_dataclass(kind) else ()
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in found)
+    return names
 
 
 def _batched(items: Any, key_field: str) -> list[tuple[str, int]]:

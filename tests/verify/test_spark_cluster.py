@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.verify.conftest import ROUTED, SINGLE_FORWARD
+from tests.verify.conftest import ROUTED
 
 
-@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])
+# A failing run on the cluster: tests/verify/test_object_storage.py (misrouted copies read
+# from S3 there exit 1 with the verdicts of the local files).
+@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0)], ids=["ok"])
 def test_verify_runs_on_a_standalone_cluster(
     spark_master: str, path: Path, code: int, tmp_path: Path
 ) -> None:
@@ -38,7 +40,8 @@ def test_verify_runs_on_a_standalone_cluster(
         assert chatter not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0), (SINGLE_FORWARD, 1)], ids=["ok", "fails"])
+# spark-submit failing a run: test_spark_submit_strict_fails_a_capture_that_checks_nothing
+@pytest.mark.parametrize(("path", "code"), [(ROUTED, 0)], ids=["ok"])
 def test_verify_through_spark_submit(
     spark_master: str, path: Path, code: int, tmp_path: Path
 ) -> None:
@@ -78,13 +81,13 @@ def test_spark_submit_strict_fails_a_capture_that_checks_nothing(
            "SPARK_HOME": str(Path(pyspark.__file__).parent)}  # fmt: skip
     base = [str(spark_submit), "--master", spark_master, "--py-files", str(package_archive()),
             str(submit.__file__), str(capture), "--json", "-"]  # fmt: skip
-    for strict, code in ((False, 0), (True, 1)):
-        out = subprocess.run(base + ["--strict"] * strict, capture_output=True, text=True,
-                             timeout=600, env=env)  # fmt: skip
-        assert out.returncode == code, out.stdout + out.stderr[-3000:]
-        report = json.loads(out.stdout)
-        assert [g["verdict"] for g in report["groups"]] == ["unverified"]
-        assert report["nothing_checked"].startswith("all 1 group(s) unverified")
-    said = subprocess.run([*base[:-2], "--strict"], capture_output=True, text=True,
-                          timeout=600, env=env).stdout  # fmt: skip
+    out = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert [g["verdict"] for g in report["groups"]] == ["unverified"]
+    assert report["nothing_checked"].startswith("all 1 group(s) unverified")
+    strict = subprocess.run([*base[:-2], "--strict"], capture_output=True, text=True,
+                            timeout=600, env=env)  # fmt: skip
+    assert strict.returncode == 1, strict.stdout + strict.stderr[-3000:]
+    said = strict.stdout
     assert "strict: all 1 group(s) unverified" in said and "verify: FAILED" in said
