@@ -55,7 +55,7 @@ def verify(
         metavar="FILE",
         help="Write a JUnit XML report (a test case per group) for CI systems to show.",
     ),
-    in_process: bool = typer.Option(False, help="Run without Spark (small recordings)."),
+    in_process: bool = typer.Option(False, help="Run without Spark, a process per core."),
     replay_against: str | None = typer.Option(
         None,
         metavar="HOST:PORT",
