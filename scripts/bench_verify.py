@@ -4,6 +4,7 @@ same files; with --baseline, also the same passes of an earlier source tree (a g
 worktree), in the same run.
 
     .venv/bin/python scripts/bench_verify.py [--copies 1000] [--keep DIR] [--baseline DIR]
+    .venv/bin/python scripts/bench_verify.py --copies 100 --stages   # where a frame's time goes
 
 The recording is made by the real recorder from real traffic: the frames of the committed
 routed session (tests/data/recordings/routed) are replayed through `Recorder` once per copy,
@@ -20,13 +21,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kafkatunnel.capture.packets import Capture
+from kafkatunnel.capture.pcapng import PcapngReader
 from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
-from kafkatunnel.verify.job import Report, cores, spark_session, verify_local, verify_spark
+from kafkatunnel.verify.calls import FileDecoder
+from kafkatunnel.verify.job import (
+    Report,
+    cores,
+    decode_file,
+    spark_session,
+    verify_local,
+    verify_spark,
+)
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "recordings" / "routed"
 
@@ -74,6 +86,25 @@ def baseline(tree: Path, recording: Path) -> dict[str, float]:
     return found
 
 
+def stages(files: list[Path], frames: int) -> None:
+    """One process's time per frame, stage by stage (best of three; each stage includes the
+    ones above it, the difference is its own)."""
+    datas = [path.read_bytes() for path in files]
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("pcapng blocks", lambda: [sum(1 for _ in PcapngReader(d)) for d in datas]),
+        ("IPv4 and TCP headers", lambda: [sum(1 for _ in Capture(d).segments()) for d in datas]),
+        ("reassembly, framing, pairing", lambda: [FileDecoder("x", d).run() for d in datas]),
+        ("what verify reads of Kafka", lambda: [decode_file("x", d) for d in datas]),
+        ("gathering and judging", lambda: verify_local([str(f) for f in files], workers=1)),
+    ]
+    before = 0.0
+    for name, run in steps:
+        best = min(timeit.repeat(run, number=1, repeat=3))
+        print(f"{name:<32}{(best - before) / frames * 1e6:>7.2f} us per frame")
+        before = best
+    print(f"{'in all':<32}{before / frames * 1e6:>7.2f} us per frame")
+
+
 def timed(run: Callable[[], Report]) -> tuple[float, Report]:
     start = time.perf_counter()
     report = run()
@@ -84,6 +115,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--copies", type=int, default=1000)
     parser.add_argument("--keep", type=Path, help="keep the recording in this directory")
+    parser.add_argument("--stages", action="store_true", help="only time one process's stages")
     parser.add_argument(
         "--baseline", type=Path, metavar="DIR",
         help="an earlier source tree (git worktree add DIR REV) to run too",
@@ -96,6 +128,9 @@ def main() -> int:
     size = sum(p.stat().st_size for p in files)
     print(f"recording: {written:,} frames in {len(files)} files, {size / 2**20:.0f} MiB "
           f"(made in {time.perf_counter() - start:.0f} s)")  # fmt: skip
+    if args.stages:
+        stages(files, written)
+        return 0
 
     local_s, local = timed(lambda: verify_local([str(directory)]))
     assert local.frames == written and local.ok, (local.frames, written)
