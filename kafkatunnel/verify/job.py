@@ -20,6 +20,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -113,7 +114,8 @@ def decode_file(source: str, data: bytes | memoryview) -> FileResult:
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
     """Decoding makes millions of objects and no reference cycles: the cyclic collector
-    would only walk them, again and again (a sixth of one process's time, measured)."""
+    would only walk them, again and again (a million frames in one process: 12.6 s with
+    it, 11.8 s without)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -413,8 +415,11 @@ def decode_all(files: list[str], workers: int | None = None) -> list[FileResult]
     if workers < 2 or len(files) < 2 or sum(_size(f) for f in files) < PARALLEL_BYTES:
         return [decode_path(f) for f in files]
     method = "fork" if threading.active_count() == 1 else "forkserver"
-    with ProcessPoolExecutor(min(workers, len(files)), get_context(method)) as pool:
-        return list(pool.map(decode_path, files))
+    try:
+        with ProcessPoolExecutor(min(workers, len(files)), get_context(method)) as pool:
+            return list(pool.map(decode_path, files))
+    except BrokenProcessPool:  # a worker was killed (out of memory?): one process, then
+        return [decode_path(f) for f in files]
 
 
 def _size(path: str) -> int:

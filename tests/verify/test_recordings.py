@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+from kafkatunnel.capture.recorder import Listener
+from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
 from kafkatunnel.verify.calls import FileDecoder
-from kafkatunnel.verify.job import Report, verify_local, verify_spark
+from kafkatunnel.verify.job import PARALLEL_BYTES, Report, verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK
 from tests.verify.conftest import ROUTED, SINGLE_FORWARD
 
@@ -107,3 +110,36 @@ def test_without_java_verify_says_what_to_install(tmp_path: Path) -> None:
     assert out.returncode == 2
     text = " ".join((out.stdout + out.stderr).split())
     assert "Spark needs Java 17 or newer" in text and "--in-process" in text
+
+
+def test_a_process_per_core_gives_the_one_process_verdicts(tmp_path: Path) -> None:
+    """Without Spark, files are spread over processes once there is enough to share (here
+    120 copies of the routed session, 24 MiB in 6 files, one copy misrouted): the report
+    is the one a single process writes, from forked workers and, while another thread
+    runs (forking it is not safe), from the fork server's."""
+    sample = read_sample(sorted(ROUTED.iterdir()))
+    tags = [tag_for(copy, sample.prefix) for copy in range(120)]
+
+    def misroute(tag: bytes, listener: Listener) -> Listener:
+        if tag != tags[7] or listener.node_id is None:
+            return listener
+        return Listener(listener.node_id % 3 + 1, listener.advertised, listener.tunnel)
+
+    record_copies(tmp_path, sample, tags, relisten=misroute, rotate_bytes=4 * 2**20)
+    files = sorted(tmp_path.iterdir())
+    assert len(files) > 2 and sum(f.stat().st_size for f in files) > PARALLEL_BYTES
+    spread = verify_local([str(tmp_path)], workers=2)
+    alone = verify_local([str(tmp_path)], workers=1)
+    assert spread.as_dict() == alone.as_dict()
+    other = threading.Event()
+    waiting = threading.Thread(target=other.wait)
+    waiting.start()
+    try:
+        served = verify_local([str(tmp_path)], workers=2)
+    finally:
+        other.set()
+        waiting.join()
+    assert served.as_dict() == alone.as_dict()
+    assert spread.frames > 100_000 and not spread.ok
+    misrouted = {v.key for v in spread.verdicts if v.verdict == MISROUTED}
+    assert misrouted and all(key.startswith(tags[7].decode()) for key in misrouted)
