@@ -4,6 +4,7 @@ failures into messages that say what is wrong and what to do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -78,6 +79,23 @@ class Kubectl:
         return path
 
     async def run(self, *args: str, timeout: float = 30.0) -> str:
+        returncode, out, err = await self._call(args, timeout)
+        if returncode != 0:
+            raise explain(err.decode(errors="replace"), args)
+        return out.decode()
+
+    async def can_i(self, verb: str, resource: str, timeout: float = 30.0) -> bool:
+        """`kubectl auth can-i`: it prints yes (exit 0) or no (exit 1)."""
+        args = ("auth", "can-i", verb, resource)
+        _returncode, out, err = await self._call(args, timeout)
+        answer = out.decode().strip().splitlines()[:1]
+        if answer and answer[0].startswith(("yes", "no")):
+            return answer[0].startswith("yes")
+        raise explain(err.decode(errors="replace"), args)
+
+    async def _call(self, args: tuple[str, ...], timeout: float) -> tuple[int, bytes, bytes]:
+        """kubectl's exit code and output. A kubectl that does not answer in time, or whose
+        caller is cancelled (up stopping), is killed and reaped: it never outlives the call."""
         self.check_installed()
         process = await asyncio.create_subprocess_exec(
             *self.argv(*args),
@@ -87,29 +105,16 @@ class Kubectl:
         try:
             out, err = await asyncio.wait_for(process.communicate(), timeout)
         except TimeoutError:
-            process.kill()
-            await process.wait()
             raise KubectlError(
                 f"`kubectl {' '.join(args)}` did not answer within {timeout:g}s "
                 "(is the cluster reachable? try `kubectl get pods` yourself)"
             ) from None
-        if process.returncode != 0:
-            raise explain(err.decode(errors="replace"), args)
-        return out.decode()
-
-    async def can_i(self, verb: str, resource: str, timeout: float = 30.0) -> bool:
-        """`kubectl auth can-i`: it prints yes (exit 0) or no (exit 1)."""
-        self.check_installed()
-        process = await asyncio.create_subprocess_exec(
-            *self.argv("auth", "can-i", verb, resource),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-        answer = out.decode().strip().splitlines()[:1]
-        if answer and answer[0].startswith(("yes", "no")):
-            return answer[0].startswith("yes")
-        raise explain(err.decode(errors="replace"), ("auth", "can-i", verb, resource))
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        return process.returncode or 0, out, err
 
     async def get_json(self, *args: str) -> Any:
         return json.loads(await self.run("get", *args, "-o", "json"))

@@ -347,3 +347,37 @@ def test_hostile_names_through_kubectl_forwards(
         every_group_works(cluster, f"127.0.0.1:{port}", f"kube-hostile-{uuid.uuid4().hex[:6]}")
     finally:
         tunnel.stop()
+
+
+def test_a_kubectl_that_hangs_never_outlives_its_call(tmp_path: Path) -> None:
+    """A kubectl that does not answer is killed and reaped, whether its call times out (a
+    KubectlError naming the fix, for can-i too) or is cancelled (up stopping)."""
+    hanging = tmp_path / "kubectl"
+    pids = tmp_path / "pids"
+    hanging.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 600\n")
+    hanging.chmod(0o755)
+    kubectl = Kubectl(binary=str(hanging))
+
+    async def cancelled() -> None:
+        call = asyncio.ensure_future(kubectl.run("get", "pods"))
+        deadline = time.monotonic() + 10
+        while not pids.exists():  # kubectl has started
+            assert time.monotonic() < deadline, "the hanging kubectl never started"
+            await asyncio.sleep(0.02)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def timed_out() -> None:
+        with pytest.raises(KubectlError, match=r"did not answer within 0.5s"):
+            await kubectl.run("get", "pods", timeout=0.5)
+        with pytest.raises(KubectlError, match=r"kubectl auth can-i list pods"):
+            await kubectl.can_i("list", "pods", timeout=0.5)
+
+    asyncio.run(cancelled())
+    asyncio.run(timed_out())
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 3
+    for pid in started:
+        with pytest.raises(ProcessLookupError):  # killed and reaped: no zombie either
+            os.kill(pid, 0)
