@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import re
 import socket
 import typing
 from collections.abc import Callable
@@ -65,10 +66,14 @@ CLIENT_ID = "kafkatunnel"  # a probe's client id; each of the tool's own parts a
 
 def own_client(client_id: str | None) -> str | None:
     """The client id when it is this tool's own (`kafkatunnel`, `kafkatunnel-doctor`...),
-    else None: verify reports the tool's own look-ups apart from the applications'."""
-    if client_id == CLIENT_ID or (client_id or "").startswith(CLIENT_ID + "-"):
+    else None: verify reports the tool's own look-ups apart from the applications'. Only
+    the shapes the tool sends count: a recording's client ids are anybody's text."""
+    if client_id is not None and _OWN_CLIENT.fullmatch(client_id):
         return client_id
     return None
+
+
+_OWN_CLIENT = re.compile(re.escape(CLIENT_ID) + r"(-[a-z]{1,20})?")
 
 
 def encode_request(payload: Any, correlation_id: int, client_id: str = CLIENT_ID) -> bytes:

@@ -28,7 +28,7 @@ def _text(value: object) -> str:
 
 def _classname(verdict: Verdict) -> str:
     if verdict.tool:
-        return verdict.tool
+        return _text(verdict.tool)
     return "transactional_id" if verdict.key_type == TRANSACTION else "group"
 
 

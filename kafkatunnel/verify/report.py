@@ -39,7 +39,7 @@ def table(report: Report) -> Table:
 
 
 def _own(verdict: Verdict) -> str:
-    return f" ({verdict.tool})" if verdict.tool else ""
+    return f" ({escape(verdict.tool)})" if verdict.tool else ""
 
 
 def address_table(report: Report) -> Table | None:

@@ -15,6 +15,7 @@ from junitparser.junitparser import Failure, JUnitXml, Skipped
 
 from kafkatunnel.capture.recorder import Listener
 from kafkatunnel.localcluster.copies import read_sample, record_copies
+from kafkatunnel.probe import own_client
 from kafkatunnel.verify.job import Report, verify_local
 from kafkatunnel.verify.junit import junit_xml
 from tests.verify.conftest import ROUTED
@@ -122,3 +123,13 @@ def test_the_command_writes_the_file_and_prints_hostile_ids_as_text(
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert wrong.returncode == 2 and "--junit" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_only_the_tools_own_client_ids_are_the_tools() -> None:
+    """A recording's client ids are anybody's: one that merely starts like the tool's is an
+    application's, whose unverified groups --strict still fails."""
+    for ours in ("kafkatunnel", "kafkatunnel-doctor", "kafkatunnel-replay"):
+        assert own_client(ours) == ours
+    for theirs in ("kafkatunnel-[/x]", "kafkatunnel-\x01", "kafkatunnel-", "kafkatunnelx",
+                   "my-kafkatunnel", "kafkatunnel-doctor\n", None):  # fmt: skip
+        assert own_client(theirs) is None, theirs
