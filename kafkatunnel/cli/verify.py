@@ -16,6 +16,7 @@ from kafkatunnel.verify.identity import parse_broker_entries
 from kafkatunnel.verify.job import (
     Report,
     expand,
+    is_uri,
     spark_problem,
     spark_session,
     verify_local,
@@ -123,7 +124,7 @@ def run_verify(
             "no .pcap or .pcapng files there (record with `kafkatunnel up --record DIR`)",
             param_hint="PATHS",
         )
-    remote = [f for f in files if "://" in f and not f.startswith("file://")]
+    remote = [f for f in files if is_uri(f)]
     if in_process and remote:
         raise typer.BadParameter(f"{remote[0]}: --in-process reads local files only; "
                                  "read URIs through Spark (drop --in-process)",

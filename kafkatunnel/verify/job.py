@@ -281,11 +281,16 @@ def _start(verdicts: list[Verdict]) -> int:
     return min((v.start for v in verdicts if v.timeline), default=0)
 
 
+def is_uri(path: str) -> bool:
+    """A Hadoop filesystem URI (hdfs://, s3a://...), which only Spark reads."""
+    return "://" in path and not path.startswith("file://")
+
+
 def expand(paths: Iterable[str]) -> list[str]:
     """Local files and directories to files; other URIs (hdfs://, s3a://) pass as given."""
     out: list[str] = []
     for path in paths:
-        if "://" in path and not path.startswith("file://"):
+        if is_uri(path):
             out.append(path)
             continue
         local = Path(path.removeprefix("file://"))
@@ -342,7 +347,7 @@ def keyed_events(result: FileResult) -> list[tuple[tuple[str, int], Event]]:
 def keyed_rows(result: FileResult) -> list[tuple[tuple[str, int], tuple[Any, ...]]]:
     """keyed_events with each event as a plain tuple: Spark's shuffle pickles every one,
     and plain tuples unpickle in C (Event._make turns them back)."""
-    return [((str(e.key), e.key_type), tuple(e)) for e in result.events if is_about_a_key(e)]
+    return [(key, tuple(event)) for key, event in keyed_events(result)]
 
 
 @dataclass
