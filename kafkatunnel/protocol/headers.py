@@ -74,7 +74,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
     pos = SIZE_PREFIX + 8
     client_id: str | None = None
     if header_version != 0:
-        client_id, pos = wire.read_string(frame, pos, compact=False)
+        client_id, pos = _client_id(frame, pos)
     body_offset: int | None = pos
     if header_version == 2:
         # almost always no tagged fields: one zero byte
@@ -85,6 +85,20 @@ def parse_request_header(frame: bytes) -> RequestHeader:
     elif header_version is None:
         body_offset = None
     return RequestHeader(api_key, api_version, correlation_id, client_id, body_offset)
+
+
+def _client_id(frame: bytes, pos: int) -> tuple[str | None, int]:
+    """A header's client id (a legacy nullable string), read once per request: ASCII, as
+    clients name themselves, without the general reader's calls."""
+    if len(frame) >= pos + 2:
+        length = int.from_bytes(frame[pos : pos + 2], "big", signed=True)
+        end = pos + 2 + length
+        if length < 0:
+            return None, pos + 2
+        raw = frame[pos + 2 : end]
+        if len(raw) == length and raw.isascii():
+            return raw.decode("ascii"), end
+    return wire.read_string(frame, pos, compact=False)  # names the fault, or reads UTF-8
 
 
 def response_correlation_id(frame: bytes) -> int:
@@ -126,8 +140,11 @@ def produce_acks(frame: bytes, header: RequestHeader) -> int:
         # only leaves one entry waiting, never drops a response).
         return -1
     pos = header.body_offset
-    if header.api_version >= 3:
-        _txn, pos = wire.read_string(frame, pos, compact=header.api_version >= 9)
+    version = header.api_version
+    if version >= 9 and pos < len(frame) and frame[pos] < 0x80:  # a short compact string
+        pos += max(frame[pos], 1)  # its length + 1 (0: null), in one byte
+    elif version >= 3:
+        pos = wire.skip_string(frame, pos, compact=version >= 9)
     acks, _ = wire.read_int16(frame, pos)
     return acks
 

@@ -240,7 +240,8 @@ class _Splitter:
         return passed
 
     def _feed(self, view: memoryview, out: list[Chunk]) -> None:
-        pos, end = 0, len(view)
+        end = len(view)
+        pos = self._whole_frames(view, end, out) if self._at_boundary() else 0
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end and self._stop is None:
             if self._pass_on:
@@ -304,10 +305,58 @@ class _Splitter:
         if pos < end:  # stopped: kept for resume(), after what an inner _feed kept
             self._unfed.append(bytes(view[pos:]))
 
+    def _at_boundary(self) -> bool:
+        """Between frames, with nothing held or stopped: the next byte is a size prefix."""
+        return (
+            self._size < 0
+            and not self._held
+            and not self._pass_on
+            and self._walk is None
+            and self._stop is None
+        )
+
+    def _whole_frames(self, view: memoryview, end: int, out: list[Chunk]) -> int:
+        """The frames that lie whole in `view` from its start and pass unchanged (a small
+        request, its answer): one slice of the bytes that arrived, no holding, no copy but
+        each head's. The first frame that does not lie whole, or that on_head does not pass,
+        is left where the general path takes it (a frame on_head saw is left decided).
+        Returns how far the frames passed go."""
+        pos = 0
+        head_size, limit, parts = self.head_size, self.max_frame_size, self._parts
+        while end - pos >= SIZE_PREFIX:
+            start = pos + SIZE_PREFIX
+            size = int.from_bytes(view[pos:start], "big", signed=True)
+            stop = start + size
+            if size < 0 or size > limit or stop > end:
+                break  # the general path reads on, or names the wrong size
+            head_end = stop if size <= head_size else start + head_size
+            head = bytes(view[pos:head_end])
+            decision = self.on_head(head, head_end == stop)
+            if decision is not Head.PASS:  # from here the general path goes on
+                if pos:
+                    out.append(view[:pos])
+                self._held += head
+                self._size, self._hold_to = size, head_end - pos
+                self._decided(decision, head, out)
+                return head_end
+            if parts is not None:
+                parts.append(head)
+                if stop > head_end:
+                    parts.append(view[head_end:stop])
+                self._frame_seen()
+                parts = self._parts
+            pos = stop
+        if pos:
+            out.append(view[:pos])
+        return pos
+
     def _head_read(self, held: bytes, out: list[Chunk]) -> None:
         """A frame's head is here: pass the frame through, hold it whole, or walk it, as
         on_head decides."""
-        decision = self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size)
+        self._decided(self.on_head(held, complete=len(held) == SIZE_PREFIX + self._size),
+                      held, out)  # fmt: skip
+
+    def _decided(self, decision: Head | Walk, held: bytes, out: list[Chunk]) -> None:
         if decision is Head.PASS:
             out.append(held)
             self._pass_on = SIZE_PREFIX + self._size - len(held)

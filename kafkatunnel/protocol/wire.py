@@ -81,6 +81,19 @@ def read_string(buf: Buffer, pos: int, compact: bool) -> tuple[str | None, int]:
         raise MalformedMessage(f"a string at offset {pos} is not UTF-8: {error}") from None
 
 
+def skip_string(buf: Buffer, pos: int, compact: bool) -> int:
+    """Past a (nullable) string, unread."""
+    if compact:
+        length, pos = read_uvarint(buf, pos)
+        length -= 1
+    else:
+        length, pos = read_int16(buf, pos)
+    if length > 0:
+        need(buf, pos, length, "a string")
+        pos += length
+    return pos
+
+
 def write_string(value: str, compact: bool) -> bytes:
     raw = value.encode()
     if compact:
