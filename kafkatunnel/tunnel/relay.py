@@ -102,6 +102,7 @@ class Pump:
         self.on_chunks = on_chunks  # what was read and passed on (a transparent recording's)
         self.on_frames = on_frames  # frames that passed on whole (an observed Exchange's)
         self.learn = learn
+        self._observed = on_chunks is not None or on_frames is not None
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
         self._pipe: Pipe | None = None
@@ -163,12 +164,14 @@ class Pump:
 
     def _read(self) -> bool:
         """Read once: False if nothing was there, or the source ended."""
-        unread = self.direction.unread
+        direction = self.direction
         try:
-            if self.zero_copy and unread >= SPLICE_MIN:
+            if self.zero_copy and (unread := direction.unread) >= SPLICE_MIN:
                 return self._splice_in(unread)
-            awaited = self.direction.awaited  # of a frame held whole: read it in bulk
-            size = min(max(awaited, self.read_size), READ_SIZE)
+            size = self.read_size
+            awaited = direction.awaited  # of a frame held whole: read it in bulk
+            if awaited > size:
+                size = min(awaited, READ_SIZE)
             data = self.source.read(size)
         except (BlockingIOError, InterruptedError):
             return False
@@ -183,8 +186,11 @@ class Pump:
         self._short = len(data) < size
         self.on_bytes(len(data))
         try:
-            fed = self.direction.feed(data)
-            self._pass_on(fed)
+            fed = direction.feed(data)
+            if self._observed:
+                self._pass_on(fed)
+            else:
+                self._out += fed.out
             while fed.unknown_brokers:
                 if self.learn is None:
                     raise RuntimeError("an answer names brokers, and nobody learns them")
@@ -257,8 +263,10 @@ class Pump:
         if self._writing:
             self.sink.watch_writing(None)
             self._writing = False
-        self._settle()
-        self._watch_source()
+        if self._drained is not None:
+            self._settle()
+        if not self._reading:
+            self._watch_source()
         return True
 
     # -- which stream is watched ------------------------------------------------------------

@@ -213,6 +213,12 @@ class PlainStream(ByteStream):
 
     def write(self, out: list[Chunk]) -> bool:
         try:
+            if len(out) == 1:  # most reads pass on as one chunk
+                written = os.write(self.write_fd, out[0])
+                if written == len(out[0]):
+                    out.clear()
+                    return True
+                consume(out, written)
             while out:
                 consume(out, os.writev(self.write_fd, out[:IOV_MAX]))
         except (BlockingIOError, InterruptedError):
