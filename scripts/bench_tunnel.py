@@ -6,6 +6,8 @@
 Paths to a tansu broker on this machine's loopback, each its own broker process:
   direct       the client talks to the broker
   socat        a plain TCP relay (the broker advertises the relay's address)
+  python-floor with --floor: a Python relay on uvloop that only reads and writes
+               (scripts/floor_relay.py; the broker advertises its address)
   tansu-proxy  `tansu proxy`, a Rust Kafka proxy (same binary as the broker)
   kafkatunnel  `kafkatunnel up --via direct`, a separate process, the broker advertising
                a Kubernetes name that only the tunnel's rewriting makes usable; variants
@@ -169,7 +171,9 @@ def _path(name: str, bootstrap: str, port: int, advertised: str) -> Path_:
     return Path_(name, bootstrap, [broker(port, advertised)], port, advertised)
 
 
-def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
+def start_paths(
+    tunnels: list[str], baseline: str | None = None, *, floor: bool = False
+) -> list[Path_]:
     paths = []
     p = free_port()
     paths.append(_path("direct", f"127.0.0.1:{p}", p, f"127.0.0.1:{p}"))
@@ -187,6 +191,16 @@ def start_paths(tunnels: list[str], baseline: str | None = None) -> list[Path_]:
     socat.wait_accepting(q, timeout=30)
     relay.processes.append(socat)
     paths.append(relay)
+
+    if floor:
+        p, q = free_port(), free_port()
+        least = _path("python-floor", f"127.0.0.1:{q}", p, f"127.0.0.1:{q}")
+        relay_program = Path(__file__).resolve().parent / "floor_relay.py"
+        floor_relay = ManagedProcess([sys.executable, str(relay_program), str(q), str(p)],
+                                     name="python-floor")  # fmt: skip
+        floor_relay.wait_accepting(q, timeout=30)
+        least.processes.append(floor_relay)
+        paths.append(least)
 
     p, q = free_port(), free_port()
     proxied = _path("tansu-proxy", f"127.0.0.1:{q}", p, f"127.0.0.1:{p}")
@@ -496,6 +510,12 @@ def main() -> None:
         "any TLS session are open)",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also python-floor (scripts/floor_relay.py): a relay on uvloop that only reads "
+        "and writes, what any relay in Python pays",
+    )
+    parser.add_argument(
         "--same-broker",
         action="store_true",
         help="keep each path's broker across rounds: it slows as its in-memory log grows, "
@@ -505,7 +525,7 @@ def main() -> None:
     tunnels = args.tunnels.split(",")
     if args.baseline and not any(t.endswith("baseline") for t in tunnels):
         tunnels.append("uvloop-baseline")
-    paths = start_paths(tunnels, args.baseline)
+    paths = start_paths(tunnels, args.baseline, floor=args.floor)
     if args.tls_paths:
         paths += start_tls_paths()
     if args.paths:
