@@ -9,6 +9,8 @@ ApiVersions answers (to be capped); a 1 MiB Fetch response passes through as it 
 
 from __future__ import annotations
 
+import functools
+import struct
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +63,7 @@ RecordSpans = tuple[tuple[tuple[int, int], ...], bool]
 # A request's header as read here, and whether it is answered.
 ReadRequest = tuple[RequestHeader, bool]
 REQUEST_HEAD = 1024  # enough for a header, a Produce's transactional id and acks
+_SIZE = struct.Struct(">i")  # a frame's size prefix
 
 
 # Coordinator answers whose top-level error code comes first (after the throttle time):
@@ -224,7 +227,15 @@ class _Splitter:
         if self._stop is not None:
             self._unfed.append(data)
         else:
-            self._feed(memoryview(data), out)
+            view = memoryview(data)
+            end = len(view)
+            if self._size < 0 and not self._held and not self._pass_on and self._walk is None:
+                pos = self._whole_frames(view, end, out)  # between frames: most reads
+                if pos == end and self._stop is None and not self._passed:
+                    return Fed(out)
+            else:
+                pos = 0
+            self._feed(view, out, pos)
         return self._fed(out)
 
     def _fed(self, out: list[Chunk]) -> Fed:
@@ -239,9 +250,9 @@ class _Splitter:
         passed, self._passed = self._passed, []
         return passed
 
-    def _feed(self, view: memoryview, out: list[Chunk]) -> None:
+    def _feed(self, view: memoryview, out: list[Chunk], pos: int = 0) -> None:
+        """From `pos` on: what passes is appended to `out`."""
         end = len(view)
-        pos = self._whole_frames(view, end, out) if self._at_boundary() else 0
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end and self._stop is None:
             if self._pass_on:
@@ -305,16 +316,6 @@ class _Splitter:
         if pos < end:  # stopped: kept for resume(), after what an inner _feed kept
             self._unfed.append(bytes(view[pos:]))
 
-    def _at_boundary(self) -> bool:
-        """Between frames, with nothing held or stopped: the next byte is a size prefix."""
-        return (
-            self._size < 0
-            and not self._held
-            and not self._pass_on
-            and self._walk is None
-            and self._stop is None
-        )
-
     def _whole_frames(self, view: memoryview, end: int, out: list[Chunk]) -> int:
         """The frames that lie whole in `view` from its start and pass unchanged (a small
         request, its answer): one slice of the bytes that arrived, no holding, no copy but
@@ -324,8 +325,8 @@ class _Splitter:
         pos = 0
         head_size, limit, parts = self.head_size, self.max_frame_size, self._parts
         while end - pos >= SIZE_PREFIX:
+            (size,) = _SIZE.unpack_from(view, pos)
             start = pos + SIZE_PREFIX
-            size = int.from_bytes(view[pos:start], "big", signed=True)
             stop = start + size
             if size < 0 or size > limit or stop > end:
                 break  # the general path reads on, or names the wrong size
@@ -575,6 +576,36 @@ class _Requests(_Splitter):
 RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is within 16 bytes
 
 
+class _Answer(Enum):
+    """What a direction does with an answer, by its request's API and version."""
+
+    PASS = "pass it through unread"
+    COUNT_ERROR = "pass it through, counting its top-level error code (a coordinator's)"
+    HOLD = "hold it whole: it may name a broker, or is an ApiVersions answer to cap"
+    STREAM = "walk it as it streams: it names brokers only in its top-level tags"
+    RECORDS = "walk it (a recording's) so that only its records pass unread"
+
+
+@functools.cache  # asked once per answer, of a handful of distinct pairs
+def _treatment(
+    api_key: int, api_version: int, records_only: bool
+) -> tuple[_Answer, StructPlan | None]:
+    """How an answer is passed on, and the plan of one that is walked. A rewritten API at a
+    version this layer does not know raises (needs_rewrite), every time: not cached."""
+    plan = streamable(api_key, api_version)
+    if plan is not None:
+        return _Answer.STREAM, plan
+    if api_key == API_VERSIONS or needs_rewrite(api_key, api_version):
+        return _Answer.HOLD, None
+    if records_only:
+        plan = carrying_records(api_key, api_version, response=True)
+        if plan is not None:  # a Fetch answer that names no broker: records pass unread
+            return _Answer.RECORDS, plan
+    if api_key in ERROR_FIRST_APIS:
+        return _Answer.COUNT_ERROR, None
+    return _Answer.PASS, None
+
+
 class _Responses(_Splitter):
     def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
         super().__init__(max_frame_size, RESPONSE_HEAD, records_only)
@@ -585,22 +616,22 @@ class _Responses(_Splitter):
     def on_head(self, head: bytes, complete: bool) -> Head | Walk:
         request = self.exchange.tracker.response(response_correlation_id(head))
         self.exchange.stats.responses += 1
-        plan = streamable(request.api_key, request.api_version)
-        if plan is not None:
-            self._current, self._plan = request, plan
-            return self.walking(walk(plan), RESPONSE_WALK_START, compact=True, lenient=False)
-        if request.api_key == API_VERSIONS or needs_rewrite(request.api_key, request.api_version):
+        treatment, plan = _treatment(request.api_key, request.api_version, self.records_only)
+        if treatment is _Answer.PASS:
+            return Head.PASS
+        if treatment is _Answer.HOLD:
             self._current = request
             return Head.HOLD
-        if self.records_only:
-            plan = carrying_records(request.api_key, request.api_version, response=True)
-            if plan is not None:  # a Fetch answer that names no broker: records pass unread
-                header_tags = response_header_version(request.api_key, request.api_version) == 1
-                steps = walk(plan, header_tags=header_tags, tail=False)
-                return self.walking(steps, RESPONSE_WALK_START, plan.flexible, lenient=True)
-        if request.api_key in ERROR_FIRST_APIS:
+        if treatment is _Answer.COUNT_ERROR:
             self.exchange.observe_error(request, head)
-        return Head.PASS
+            return Head.PASS
+        assert plan is not None
+        if treatment is _Answer.STREAM:
+            self._current, self._plan = request, plan
+            return self.walking(walk(plan), RESPONSE_WALK_START, compact=True, lenient=False)
+        header_tags = response_header_version(request.api_key, request.api_version) == 1
+        steps = walk(plan, header_tags=header_tags, tail=False)
+        return self.walking(steps, RESPONSE_WALK_START, plan.flexible, lenient=True)
 
     def on_frame(self, whole: bytes) -> bytes:
         request = self._current
