@@ -35,11 +35,12 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_tunnel import _tree, consume, cpu_times, cpu_used, latency, produce
+from bench_tunnel import TRIPS, _tree, consume, cpu_times, cpu_used, latency, produce
 
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import (
@@ -70,6 +71,8 @@ class Path_:
     produce_ratio: list[float] = field(default_factory=list)
     consume_ratio: list[float] = field(default_factory=list)
     p99_added: list[float] = field(default_factory=list)
+    trips: list[dict[str, list[float]]] = field(default_factory=list)  # kind -> [p50, p99]
+    trips_added: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def measure_here(bootstrap: str, messages: int, requests: int, client: dict[str, str]) -> None:
@@ -78,11 +81,13 @@ def measure_here(bootstrap: str, messages: int, requests: int, client: dict[str,
     produced = produce(bootstrap, topic, messages, client=client)
     consumed = consume(bootstrap, topic, messages, client=client)
     nan = (float("nan"), float("nan"))
-    p50, p99 = latency(bootstrap, requests, topic)["metadata"] if not client else nan
-    print(json.dumps({"produce": produced, "consume": consumed, "p50": p50, "p99": p99}))
+    trips = latency(bootstrap, requests, topic) if not client else {kind: nan for kind in TRIPS}
+    p50, p99 = trips["metadata"]
+    print(json.dumps({"produce": produced, "consume": consumed, "p50": p50, "p99": p99,
+                      "trips": trips}))  # fmt: skip
 
 
-def measure(path: Path_, args: argparse.Namespace) -> dict[str, float]:
+def measure(path: Path_, args: argparse.Namespace) -> dict[str, Any]:
     pids = [p.pid for p in path.relays]
     before = cpu_times([pid for root in pids for pid in _tree(root)])
     argv = [*path.where, sys.executable, str(HERE), "--measure", path.bootstrap,
@@ -91,18 +96,21 @@ def measure(path: Path_, args: argparse.Namespace) -> dict[str, float]:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise RuntimeError(f"{path.name}: {result.stderr[-3000:]}")
-    sample: dict[str, float] = json.loads(result.stdout.splitlines()[-1])
+    sample: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
     used = cpu_used(before, cpu_times([pid for root in pids for pid in _tree(root)]))
     path.relay_cpu.append(used * 1000 / (args.messages * VALUE / 1e6))
     for key in ("produce", "consume", "p50", "p99"):
         getattr(path, key).append(sample[key])
+    path.trips.append(sample["trips"])
     print(f"{path.name:16} produce {sample['produce']:7.1f} MB/s  consume "
           f"{sample['consume']:7.1f} MB/s  p50 {sample['p50']:.3f} ms  p99 {sample['p99']:.3f} ms"
           f"  relay CPU {path.relay_cpu[-1]:.2f} ms/MB", flush=True)  # fmt: skip
     return sample
 
 
-def start_paths(kafka: ApacheKafka, laptop: NetworkNamespace) -> list[Path_]:
+def start_paths(
+    kafka: ApacheKafka, laptop: NetworkNamespace, baseline: str | None = None
+) -> list[Path_]:
     assert kafka.namespace is not None and kafka.credentials is not None
     inside = kafka.namespace.exec_prefix()
     tls_client = {"security.protocol": "SSL", "ssl.ca.location": str(kafka.credentials.cluster_ca)}
@@ -110,15 +118,21 @@ def start_paths(kafka: ApacheKafka, laptop: NetworkNamespace) -> list[Path_]:
         Path_("direct", kafka.bootstrap(), inside),
         Path_("direct-tls", kafka.bootstrap("tls"), inside, client=tls_client),
     ]
-    for name, listener, flags in (
+    tunnels = [
         ("kafkatunnel", "plain", []),
         ("kafkatunnel-tls", "tls", ["--tls", "--tls-ca", str(kafka.credentials.cluster_ca)]),
-    ):
+    ]
+    if baseline:
+        tunnels += [(f"{name}-baseline", listener, flags) for name, listener, flags in tunnels]
+    for name, listener, flags in tunnels:
+        # -P: not the working directory first on sys.path, so PYTHONPATH picks the tree
+        tree = {"PYTHONPATH": baseline} if baseline and name.endswith("-baseline") else {}
         up = ManagedProcess(
-            [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--bootstrap",
+            [sys.executable, "-P", "-m", "kafkatunnel", "up", "--no-table", "--bootstrap",
              kafka.bootstrap(listener), "--exec", kafka.exec_template(),
              "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
-            name=name, env={"KAFKATUNNEL_STATE_DIR": tempfile.mkdtemp(prefix="kt-bench-")},
+            name=name,
+            env={"KAFKATUNNEL_STATE_DIR": tempfile.mkdtemp(prefix="kt-bench-"), **tree},
         )  # fmt: skip
         bootstrap = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
         paths.append(Path_(name, bootstrap, [], relays=[up]))
@@ -158,6 +172,37 @@ def report(paths: list[Path_], args: argparse.Namespace) -> None:
                  "+0.000" if first else f"{med(path.p99_added):+.3f}",
                  f"{med(path.relay_cpu):.2f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+    print("\n| round trip: added over direct, p50 / p99 ms | " + " | ".join(TRIPS) + " |")
+    print("| --- |" + " ---: |" * len(TRIPS))
+    for path in paths:
+        if path.trips_added:
+            added = [path.trips_added[kind] for kind in TRIPS]
+            cells = [f"{med(a[0] for a in rows):+.3f} / {med(a[1] for a in rows):+.3f}"
+                     for rows in added]  # fmt: skip
+            print(f"| {path.name} | " + " | ".join(cells) + " |")
+    baselines = {p.name: p for p in paths if p.name.endswith("-baseline")}
+    if baselines:
+        print("\n| this tree vs --baseline | produce | consume | produce p50 added ms "
+              "| relay CPU per MB |")  # fmt: skip
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for path in paths:
+            before = baselines.get(f"{path.name}-baseline")
+            if before is None:
+                continue
+            cells = [f"{med(path.produce) / med(before.produce):.0%}",
+                     f"{med(path.consume) / med(before.consume):.0%}",
+                     f"{med(a[0] for a in path.trips_added['produce']):+.3f} vs "
+                     f"{med(a[0] for a in before.trips_added['produce']):+.3f}",
+                     f"{med(path.relay_cpu) / med(before.relay_cpu):.2f}x"]  # fmt: skip
+            print(f"| {path.name} | " + " | ".join(cells) + " |")
+
+
+def _added(mine: dict[str, list[float]], around: list[dict[str, list[float]]], path: Path_) -> None:
+    """Each round trip kind's p50 and p99 added over the direct runs either side."""
+    for kind in TRIPS:
+        p50 = mine[kind][0] - sum(a[kind][0] for a in around) / 2
+        p99 = mine[kind][1] - sum(a[kind][1] for a in around) / 2
+        path.trips_added.setdefault(kind, []).append((p50, p99))
 
 
 def main() -> None:
@@ -167,6 +212,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--measure", metavar="BOOTSTRAP", help=argparse.SUPPRESS)
     parser.add_argument("--client", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline",
+        help="also run the tunnel paths from this source tree (a git worktree of an earlier "
+        "commit), as kafkatunnel-baseline and kafkatunnel-tls-baseline",
+    )
     args = parser.parse_args()
     if args.measure:
         measure_here(args.measure, args.messages, args.requests, json.loads(args.client))
@@ -174,7 +224,7 @@ def main() -> None:
     with ApacheKafka() as kafka:
         hosts = {broker_host(n): f"127.0.0.{21 + n}" for n in range(kafka.nodes)}
         with NetworkNamespace(hosts=hosts) as laptop:
-            paths = start_paths(kafka, laptop)
+            paths = start_paths(kafka, laptop, args.baseline)
             try:
                 direct, others = paths[0], paths[1:]
                 for round_ in range(args.rounds):
@@ -188,6 +238,8 @@ def main() -> None:
                                            ("consume", path.consume_ratio)):  # fmt: skip
                             ratio.append(2 * mine[key] / (before[key] + after[key]))
                         path.p99_added.append(mine["p99"] - (before["p99"] + after["p99"]) / 2)
+                        if not path.client:  # the probe speaks plaintext
+                            _added(mine["trips"], [before["trips"], after["trips"]], path)
                         before = after
             finally:
                 for path in paths:
