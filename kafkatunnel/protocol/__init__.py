@@ -19,6 +19,7 @@ holds callers to these names).
 """
 
 from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.answers import RewrittenAnswers
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.coordinator import (
     COORDINATOR_ERRORS,
@@ -94,6 +95,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     # a proxied connection
     "Chunk",
     "Direction",
+    "RewrittenAnswers",
     "Exchange",
     "ExchangeStats",
     "Fed",

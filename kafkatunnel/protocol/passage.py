@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple, Protocol, TypeVar
 
+from kafkatunnel.protocol.answers import RewrittenAnswers
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
 from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, TruncatedFrame
@@ -661,9 +662,13 @@ class Exchange:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         records_only: bool = False,
+        answers: RewrittenAnswers | None = None,
     ) -> None:
-        """records_only: let only record data pass unread (a recording reads the rest)."""
+        """records_only: let only record data pass unread (a recording reads the rest).
+        answers: answers rewritten before with this mapper (shared by the connections that
+        use it), to send again rather than walk again."""
         self.mapper = mapper
+        self.answers = answers
         self.records_only = records_only
         self.caps = caps
         self.tracker = CorrelationTracker()
@@ -692,10 +697,15 @@ class Exchange:
         if request.api_key == API_VERSIONS:
             return cap_api_versions(whole, request.api_version, self.caps)
         key, version = request.api_key, request.api_version
-        result = self._rewrite(
-            lambda mapper: rewrite_response(whole, key, version, mapper),
-            lambda: addresses_in(whole, key, version),
-        )
+        answers = self.answers
+        result = None if answers is None else answers.find(key, version, whole, self.mapper)
+        if result is None:
+            result = self._rewrite(
+                lambda mapper: rewrite_response(whole, key, version, mapper),
+                lambda: addresses_in(whole, key, version),
+            )
+            if answers is not None:
+                answers.keep(key, version, whole, result, self.mapper)
         self.stats.rewritten += result.changed
         return result.frame
 

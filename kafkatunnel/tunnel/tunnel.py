@@ -40,6 +40,7 @@ from kafkatunnel.protocol import (
     Mapper,
     PassThrough,
     ProtocolError,
+    RewrittenAnswers,
     api_title,
     rewrite_caps,
 )
@@ -220,6 +221,8 @@ class Tunnel:
         if config.dns_listen is not None:
             self.dns = DnsServer(self.zone, *config.dns_listen, sockets=config.dns_sockets)
         self.caps = rewrite_caps()
+        # Answers rewritten before, per audience (None: the tunnel's own addresses)
+        self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()
         self.acceptors: list[Acceptor] = []
         self.control: ControlServer | None = None
@@ -600,12 +603,14 @@ class Tunnel:
     def _exchange(self, endpoint: Endpoint, audience: Audience | None) -> Exchange | PassThrough:
         if self.transparent:
             return PassThrough()
+        told = None if audience is None else audience.advertise
         return Exchange(
-            self.registry.map if audience is None else self._told(audience.advertise),
+            self.registry.map if told is None else self._told(told),
             self.caps,
             max_frame_size=self.config.max_frame_size,
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,
+            answers=self._answers.setdefault(told, RewrittenAnswers()),  # one per audience
         )
 
     def _told(self, advertise: str) -> Mapper:
