@@ -160,6 +160,17 @@ def kubectl(request: pytest.FixtureRequest, world: World) -> str:
     return str(request.param)
 
 
+@pytest.fixture
+def one_kubectl(request: pytest.FixtureRequest, world: World) -> str:
+    """For the longest runs under faults: the real kubectl over the API server where there is
+    one, else the stand-in. Running both doubles a minute of the suite; the stand-in's copy of
+    each fault is held to the real one's behaviour by the tests that take `kubectl`."""
+    if KUBECTLS:
+        request.getfixturevalue("apiserver")
+        return "real"
+    return "stand-in"
+
+
 def up(*args: str) -> subprocess.CompletedProcess[str]:
     """`kafkatunnel up --via kubectl ARGS` to its end (the cases that fail before serving)."""
     return subprocess.run(

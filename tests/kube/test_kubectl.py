@@ -2,7 +2,8 @@
 coordinator reachable, forwards that die come back, and kubectl's failures explained.
 
 Tests that take the `kubectl` fixture run twice: with the stand-in, and with the newest real
-kubectl here over an API server that serves the same world (tests/kube/conftest.py)."""
+kubectl here over an API server that serves the same world (tests/kube/conftest.py). The
+twenty kills run once (one_kubectl: the real kubectl where there is one)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_every_coordinator_through_kubectl_forwards(
 
 
 def test_forwards_survive_twenty_kills(
-    cluster: LocalCluster, world: World, kubectl: str, request: pytest.FixtureRequest
+    cluster: LocalCluster, world: World, one_kubectl: str, request: pytest.FixtureRequest
 ) -> None:
     """Three brokers, three groups (one per coordinator). Each broker is back within 2 s;
     every produced message reaches the log; every group processes exactly the log, each entry

@@ -2,7 +2,8 @@
 restarted (kubectl#686), after many interrupted connections (kubernetes#78446), after the
 pod is gone (kubernetes#67059), and after the laptop slept (docker/cli#2436). The stand-in
 copies each one's lines and timing (tests/kube/bin/kubectl); the tests that take `kubectl`
-also run with the real kubectl, its API server failing the same way. The tunnel must notice,
+also run with the real kubectl, its API server failing the same way (the sleep under load
+runs once, with the real one where there is one: one_kubectl). The tunnel must notice,
 replace the forward, say why, and lose nothing a client was told is stored."""
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def test_waking_from_sleep_checks_every_forward_at_once(
 
 
 def test_a_laptop_that_slept_under_load(
-    cluster: LocalCluster, world: World, kubectl: str, request: pytest.FixtureRequest
+    cluster: LocalCluster, world: World, one_kubectl: str, request: pytest.FixtureRequest
 ) -> None:
     """The lid closes with a producer and three groups running: every forward's streams
     stop moving bytes and new connections get nothing (kubectl alive, its API server

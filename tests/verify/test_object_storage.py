@@ -1,7 +1,8 @@
 """`verify s3a://bucket/prefix/`: recordings read from a local S3 server (moto) through
-Hadoop's S3A connector, the one matching PySpark's Hadoop, in local mode and on a
-standalone cluster, with the verdicts of the same files read locally. Credentials come
-from the environment (the driver's, and the cluster workers' own), never from a flag."""
+Hadoop's S3A connector, the one matching PySpark's Hadoop, on a standalone cluster, with
+the verdicts of the same files read locally. Credentials come from the environment (the
+driver's, and the cluster workers' own), never from a flag. Local mode reads object storage
+in the docs tests (docs/recording-and-verify.md, the gate with recordings in a bucket)."""
 
 from __future__ import annotations
 
@@ -61,18 +62,12 @@ def without_sources(report: dict[str, object]) -> dict[str, object]:
     return {key: value for key, value in report.items() if key != "sources"}
 
 
-@pytest.mark.parametrize("where", ["local", "cluster"])
 def test_s3a_gives_the_verdicts_of_the_local_copies(
-    request: pytest.FixtureRequest,
-    environment: dict[str, str],
-    recording: Path,
-    where: str,
-    tmp_path: Path,
+    spark_master: str, environment: dict[str, str], recording: Path, tmp_path: Path
 ) -> None:
-    master = "local[2]" if where == "local" else request.getfixturevalue("spark_master")
     target = tmp_path / "report.json"
     out = subprocess.run(
-        [sys.executable, "-m", "kafkatunnel", "verify", "--master", master,
+        [sys.executable, "-m", "kafkatunnel", "verify", "--master", spark_master,
          f"s3a://{BUCKET}/{PREFIX}/", "--json", str(target)],
         capture_output=True, text=True, timeout=600, env=environment,
     )  # fmt: skip

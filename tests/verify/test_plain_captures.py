@@ -71,9 +71,10 @@ def _capture(
             coordinators.update(dict.fromkeys(spread[node][:count], node))
         consumed: dict[str, str] = {}
         if consume:
-
+            # A denied group's consumer tries for 15 s; the others are done within a few
+            # seconds. The capture lasts as long as the longest.
             def run(group: str) -> str:
-                out = laptop.run(*WORKLOAD, "consume", laptop.bootstrap, group, name, "20", "25")
+                out = laptop.run(*WORKLOAD, "consume", laptop.bootstrap, group, name, "20", "15")
                 return out.stdout.strip()
 
             with ThreadPoolExecutor(len(coordinators)) as pool:
