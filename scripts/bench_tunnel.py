@@ -416,6 +416,67 @@ def latency(
     return out
 
 
+def interleaved(paths: list[Path_], requests: int) -> None:
+    """Round trips on every path in turn, one at a time (in a new random order each turn), so
+    that whatever the machine does meanwhile falls on every path alike: the small
+    differences between relays are not lost in the spread from one measurement to the
+    next. Prints p50 and p99 added over direct per kind, and each relay's CPU per round
+    trip (every thread's, in the scheduler's nanoseconds)."""
+    probes, frames = [], []
+    for path in paths:
+        tls = path.probe_tls
+
+        def connect(host: str, port: int, timeout: float, tls: Any = tls) -> socket.socket:
+            sock = socket.create_connection((host, port), timeout=timeout)
+            return sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
+
+        probe = ProbeConnection(path.bootstrap, connect=connect)
+        probe.brokers()
+        topic = f"interleaved-{uuid.uuid4().hex[:6]}"
+        written = probe.request(_produce(topic))
+        offset = int(written.responses[0].partition_responses[0].base_offset)
+        probes.append(probe)
+        frames.append({
+            "metadata": encode_request(_untyped(load_request_schema(3, 1))[0](topics=()), 1),
+            "produce": encode_request(_produce(topic), 2),
+            "fetch": encode_request(_fetch(topic, offset), 3),
+        })  # fmt: skip
+    samples: dict[str, dict[str, list[float]]] = {p.name: {k: [] for k in TRIPS} for p in paths}
+    cpu: dict[str, float] = {}
+    order = list(range(len(paths)))
+    for kind in TRIPS:
+        before = {p.name: cpu_times(p.relay_pids()) for p in paths}
+        for _ in range(requests):
+            random.shuffle(order)
+            for index in order:
+                sock, frame = probes[index].sock, frames[index][kind]
+                start = time.perf_counter_ns()
+                sock.sendall(frame)
+                _read_frame(sock)
+                samples[paths[index].name][kind].append((time.perf_counter_ns() - start) / 1e6)
+        for path in paths:
+            used = cpu_used(before[path.name], cpu_times(path.relay_pids()))
+            cpu[path.name] = cpu.get(path.name, 0.0) + used
+    for probe in probes:
+        probe.close()
+    direct = {k: _percentiles(samples[paths[0].name][k]) for k in TRIPS}
+    print(f"\n{requests:,} round trips of each kind per path, interleaved\n")
+    print("| added over direct, p50 / p99 ms | " + " | ".join(TRIPS) + " | relay CPU per trip |")
+    print("| --- |" + " ---: |" * (len(TRIPS) + 1))
+    for path in paths:
+        cells = []
+        for kind in TRIPS:
+            p50, p99 = _percentiles(samples[path.name][kind])
+            cells.append(f"{p50 - direct[kind][0]:+.3f} / {p99 - direct[kind][1]:+.3f}")
+        per_trip = cpu[path.name] * 1e6 / (requests * len(TRIPS))
+        print(f"| {path.name} | " + " | ".join(cells) + f" | {per_trip:.1f} us |")
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
+
+
 def _produce(topic: str) -> Any:
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
@@ -510,6 +571,14 @@ def main() -> None:
         "any TLS session are open)",
     )
     parser.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of throughput: N round trips of each kind on every path, in turn, one "
+        "at a time (latency differences too small for separate measurements to show)",
+    )
+    parser.add_argument(
         "--floor",
         action="store_true",
         help="also python-floor (scripts/floor_relay.py): a relay on uvloop that only reads "
@@ -535,6 +604,14 @@ def main() -> None:
                 for process in path.processes:
                     process.stop()
         paths = [p for p in paths if p.name in wanted]
+    if args.interleaved:
+        try:
+            interleaved(paths, args.interleaved)
+        finally:
+            for path in paths:
+                for process in path.processes + path.cluster_side:
+                    process.stop()
+        return
     if args.idle:
         try:
             idle_cost([p for p in paths if p.name.startswith("kafkatunnel")], args.idle)
