@@ -27,7 +27,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ if "--child-root" in sys.argv:  # run from another tree (--baseline): its packag
     import kafkatunnel  # noqa: F401  (before bench_recording puts this tree first)
 
 import uvloop
-from bench_recording import answer, produce
+from bench_recording import answer, per_unit, produce
 
 from kafkatunnel.protocol import Exchange, PassThrough, rewrite_caps
 from kafkatunnel.tunnel.relay import Pump
@@ -144,19 +143,7 @@ def run(way: str, trips: int) -> float:
 
 def instructions(way: str, trips: int, root: str) -> float:
     """Instructions per round trip, by valgrind's callgrind (start-up subtracted)."""
-    counts = []
-    for n in (0, trips):
-        with tempfile.NamedTemporaryFile(prefix="callgrind-") as out:
-            done = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
-                 sys.executable, "-P", __file__, "--child", way, str(n), "--child-root", root],
-                capture_output=True, text=True, check=True,
-                # valgrind cannot follow libuv's io_uring (its batched epoll_ctl)
-                env={**os.environ, "PYTHONHASHSEED": "0", "UV_USE_IO_URING": "0"},
-            )  # fmt: skip
-        line = next(x for x in done.stderr.splitlines() if "Collected" in x)
-        counts.append(int(line.rsplit(":", 1)[1].replace(",", "")))
-    return (counts[1] - counts[0]) / trips
+    return per_unit(lambda n: [__file__, "--child", way, str(n), "--child-root", root], trips)
 
 
 def timed(way: str, trips: int, root: str) -> float:
