@@ -255,7 +255,8 @@ class ApacheKafka:
         """Kafka's StorageTool, as Kafka documents it: SCRAM users and the share groups'
         feature (KIP-932, a preview in 4.1) set at format time."""
         scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
-        self.tool("kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+        # `--cluster-id=ID`: a random id may begin with "-", which would read as an option
+        self.tool("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
                   "--config", str(config), "--add-scram", scram, "--ignore-formatted",
                   "--feature", "share.version=1")  # fmt: skip
 
