@@ -122,6 +122,14 @@ kt_venv() {
   export PATH="$KT_VENV/bin:$PATH"
 }
 
+# Maven, from Debian when missing: every jar the tests run comes from Maven Central with it.
+kt_maven() {
+  if command -v mvn >/dev/null 2>&1; then return 0; fi
+  kt_log "installing Maven (to fetch jars from Maven Central)"
+  kt_apt_update
+  kt_apt install -y -qq --no-install-recommends maven >/dev/null
+}
+
 # Apache Kafka, the reference cluster (kafkatunnel/localcluster/apache.py): its jars from
 # Maven Central with Maven, once, into a cache outside the repository, pinned by the version
 # in scripts/apache-kafka/pom.xml. Maven comes from Debian when missing.
@@ -129,17 +137,42 @@ KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$
 KT_KAFKA_LIB="${KAFKATUNNEL_KAFKA_LIB:-$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA_VERSION/lib}"
 kt_apache_kafka() {
   if [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
-  if ! command -v mvn >/dev/null 2>&1; then
-    kt_log "installing Maven (to fetch Apache Kafka from Maven Central)"
-    kt_apt_update
-    kt_apt install -y -qq --no-install-recommends maven >/dev/null
-  fi
+  kt_maven
   kt_log "fetching Apache Kafka $KT_KAFKA_VERSION from Maven Central into $KT_KAFKA_LIB"
   local partial="$KT_KAFKA_LIB.partial"
   rm -rf "$partial"
   mvn -q -B -f "$KT_ROOT/scripts/apache-kafka/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$partial"
   mv "$partial" "$KT_KAFKA_LIB"
+}
+
+# Kafka Connect's distributed worker and the FileStream connectors, at Apache Kafka's version,
+# from Maven Central into a cache of their own (scripts/kafka-connect/pom.xml).
+KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_KAFKA_VERSION/lib}"
+kt_kafka_connect() {
+  if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  kt_maven
+  kt_log "fetching Kafka Connect $KT_KAFKA_VERSION from Maven Central into $KT_CONNECT_LIB"
+  local partial="$KT_CONNECT_LIB.partial"
+  rm -rf "$partial"
+  mvn -q -B -f "$KT_ROOT/scripts/kafka-connect/pom.xml" dependency:copy-dependencies \
+    -Dkafka.version="$KT_KAFKA_VERSION" -DoutputDirectory="$partial"
+  mv "$partial" "$KT_CONNECT_LIB"
+}
+
+# Apicurio Registry, the real schema registry of the tests: its release from Maven Central,
+# assembled into a runnable server by Quarkus's build (scripts/apicurio-registry/pom.xml says
+# why that takes a build, and which release), into a cache outside the repository.
+KT_APICURIO_VERSION="$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' "$KT_ROOT/scripts/apicurio-registry/pom.xml")"
+KT_APICURIO_HOME="${KAFKATUNNEL_APICURIO_HOME:-$HOME/.cache/kafkatunnel/apicurio-registry-$KT_APICURIO_VERSION}"
+kt_apicurio_registry() {
+  if [ -f "$KT_APICURIO_HOME/apicurio-registry-runner-1-runner.jar" ]; then return 0; fi
+  kt_maven
+  kt_log "building Apicurio Registry $KT_APICURIO_VERSION from Maven Central into $KT_APICURIO_HOME"
+  local partial="$KT_APICURIO_HOME.partial"
+  rm -rf "$partial"
+  mvn -q -B -f "$KT_ROOT/scripts/apicurio-registry/pom.xml" package -Dkt.build="$partial"
+  mv "$partial" "$KT_APICURIO_HOME"
 }
 
 # Hadoop's S3A connector for `verify s3a://...` (kafkatunnel/verify/objectstore.py), at the
@@ -151,10 +184,7 @@ kt_hadoop_aws() {
   version="$(python -c 'from kafkatunnel.verify.objectstore import hadoop_version as v; print(v())')"
   jar="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/$version/hadoop-aws-$version.jar"
   if [ -f "$jar" ]; then return 0; fi
-  if ! command -v mvn >/dev/null 2>&1; then
-    kt_apt_update
-    kt_apt install -y -qq --no-install-recommends maven >/dev/null
-  fi
+  kt_maven
   kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
   mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
 }
