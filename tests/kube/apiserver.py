@@ -7,9 +7,10 @@ and pods/portforward upgraded to SPDY/3.1 with the kubelet's side of the streams
 It answers as kube-apiserver and the kubelet do (Status objects with their reasons, the
 kubelet's `error forwarding port P to pod ...` messages, SYN_REPLY per stream as
 k8s.io/apimachinery's spdy connection sends it), so kubectl's own code decides what it prints
-and how it exits. A data stream reaches 127.0.0.1:PORT (or the world's `pod_address`) inside
-the world's network namespace, as the kubelet reaches a pod's port. Secrets are served from
-each namespace's `secrets` (name -> data, base64 as the API holds it).
+and how it exits. A data stream reaches 127.0.0.1:PORT (or the pod's `address`, else the
+world's `pod_address`) inside the world's network namespace, as the kubelet reaches a pod's
+port. Secrets are served from each namespace's `secrets` (name -> data, base64 as the API
+holds it).
 
 Faults, through the same files as the stand-in's, acted on where a cluster would act:
   <world>.lost-<pod>    the API server drops every port-forward connection to that pod (a
@@ -477,7 +478,7 @@ class Server:
                        f"No such container: {POD_UID}").encode()  # fmt: skip
         else:
             try:
-                reader, pair.upstream = await self.connect(session.port)
+                reader, pair.upstream = await self.connect(session)
             except OSError as error:
                 message = (f"error forwarding port {session.port} to pod {POD_UID}, uid : "
                            f"failed to execute portforward in network namespace "
@@ -500,8 +501,13 @@ class Server:
         out.write(frames.data(pair.data, b"", fin=True))
         out.write(frames.data(pair.error, message, fin=True))
 
-    async def connect(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        address = self.api.world().get("pod_address", "127.0.0.1")  # where pods' ports are
+    async def connect(self, session: Session) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The pod's port, where the pod's own `address` or the world's says it is."""
+        world = self.api.world()
+        pods = world["namespaces"].get(session.namespace, {}).get("pods", [])
+        found: dict[str, Any] = next((p for p in pods if p["name"] == session.pod), {})
+        address = found.get("address", world.get("pod_address", "127.0.0.1"))
+        port = session.port
 
         def dial() -> socket.socket:
             sock = socket.create_connection((address, port), timeout=5)

@@ -98,9 +98,12 @@ NEWEST = list(KUBECTLS)[-1] if KUBECTLS else ""
 
 @pytest.fixture(scope="session")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return apiserver_certificate(tmp_path_factory.mktemp("apiserver-tls"))
+
+
+def apiserver_certificate(where: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1: the API server speaks HTTPS, as clusters do
     (kubectl runs a user's exec credential plugin only for HTTPS)."""
-    where = tmp_path_factory.mktemp("apiserver-tls")
     cert, key = where / "cert.pem", where / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                     "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
