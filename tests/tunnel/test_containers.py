@@ -155,6 +155,12 @@ def test_where_containers_reach_the_tunnel_is_decided_or_explained(
                                                         match="no docker command"):  # fmt: skip
         patch.setattr(shutil, "which", lambda _: None)
         containers.plan("kt-no-such-network", platform="linux")
+    if shutil.which("docker") is not None:  # Docker's own client asks its engine, and says
+        with pytest.raises(containers.ContainersError) as refused:  # what it answered
+            containers.plan("kt-no-such-network", platform="linux")
+        said = str(refused.value)
+        assert said.startswith("docker network inspect kt-no-such-network: "), said
+        assert "Cannot connect to the Docker daemon" in said or "not found" in said, said
     with Container() as box:
         bridged = containers.plan(box.bridge, platform="linux")
     assert bridged.audience == Audience(HOST_ADDRESS, HOST_ADDRESS)
