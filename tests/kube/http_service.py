@@ -5,9 +5,10 @@ and on Kafka Connect (its root, /connectors), each answer naming the pod that ga
 The answers copy the shapes the Confluent Schema Registry API reference (v7, the API
 SchemaRegistryClient of confluent-kafka 2.16 calls) and Apache Kafka Connect's REST API
 (3.9) document: `{"id": N}` for a registration, `{"schema": ...}` by id, the
-`error_code`/`message` body of a 404. The real programs need a Kafka broker to store their
-state (the `_schemas` and `connect-*` topics) and come from Maven, which cannot be reached
-here; what the tunnel does to their traffic (nothing: bytes pass) does not depend on them.
+`error_code`/`message` body of a 404. The real programs run in tests/apache/test_companions.py
+(Kafka Connect 4.1.1 and Apicurio Registry 2.4.2.Final beside Apache Kafka). This server
+stays for the forward's faults only, where each test says why: an answer that names the
+pod which gave it is what tells an old pod's last answer from a new pod's first.
 
     python tests/kube/http_service.py KIND PORT POD    prints "serving on PORT"
 """

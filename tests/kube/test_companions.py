@@ -6,7 +6,11 @@ the cluster's network namespace beside the mock brokers.
 `up --companions` finds both, serves each on a loopback port and, with --dns, on its own
 loopback address and original port under its in-cluster names. A real SchemaRegistryClient
 registers and reads schemas through it; Connect's REST API answers; its pod is replaced
-while a client polls."""
+while a client polls.
+
+The real Kafka Connect and Apicurio Registry, and real records through them, are in
+tests/apache/test_companions.py. The HTTP server here stays where the subject is the
+forward, not the service, and each test says why it needs it."""
 
 from __future__ import annotations
 
@@ -111,6 +115,9 @@ def registry_round_trip(url: str) -> None:
 def test_up_companions_serves_registry_and_connect_and_a_pod_restart_costs_under_5s(
     cluster: LocalCluster, apiserver: Path, tmp_path: Path
 ) -> None:
+    """The stand-in, because the gap is measured from the old pod's last answer to the new
+    pod's first, and only an answer that names its pod (X-Pod) tells them apart; the real
+    Connect's pod replacement is in tests/apache/test_companions.py."""
     shop_world(apiserver)
     servers = [pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a"),
                pod(cluster, "connect", 8083, "shop-connect-connect-0")]  # fmt: skip
@@ -194,7 +201,10 @@ def test_a_service_resolves_by_its_in_cluster_names_through_unbound_in_front_of_
     cluster: LocalCluster, world: Any, certificate: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """A laptop (its own network namespace) whose resolv.conf names unbound, which sends
-    the cluster's zones to the shim; the API server stand-in and kubectl run there too."""
+    the cluster's zones to the shim; the API server stand-in and kubectl run there too.
+    The subject is which names resolve (the short forms, a TLD that is somebody else's),
+    so the stand-in serves; the real services by their in-cluster URLs are in
+    tests/apache/test_companions.py."""
     from tests.dns.test_real_resolvers import RESOLV_CONF, SHIM, unbound
 
     path = world()
@@ -313,7 +323,8 @@ def test_a_service_forward_alive_but_useless_is_found_by_an_http_request_and_rep
 ) -> None:
     """kubectl#686 on a service's forward: new streams get no reply. A client's request
     goes unanswered, so the tunnel asks the service over HTTP, gets no answer either, and
-    replaces the forward; clients are answered again."""
+    replaces the forward; clients are answered again. The stand-in answers at once and
+    names its pod, so the only silence is the forward's."""
     shop_world(apiserver)
     server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
     env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}
@@ -367,7 +378,9 @@ def test_containers_reach_the_companions_on_the_bridge(
     cluster: LocalCluster, apiserver: Path, tmp_path: Path
 ) -> None:
     """--for-containers: the registry is served on the bridge too, on the same port, and
-    `up` prints the URL containers use; a SchemaRegistryClient in the container uses it."""
+    `up` prints the URL containers use; a SchemaRegistryClient in the container uses it.
+    The container is a veth namespace as Docker makes one (no Docker Engine runs here,
+    docs/containers.md), and the subject is the bridge's listener and the printed URL."""
     from tests.tunnel.container import HOST_ADDRESS, Container
 
     shop_world(apiserver)
