@@ -189,6 +189,51 @@ kt_hadoop_aws() {
   mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
 }
 
+# Docker for the container tests (tests/docker/): the machine's engine when `docker info`
+# answers; otherwise Debian's engine (docker.io, containerd, runc), unpacked beside the
+# virtualenv and never installed, which the tests start on a socket of their own and stop.
+# The recipes of docs/containers.md run with Debian's docker-compose (Compose 1.29) and the
+# devcontainer CLI from npm; their image is a Debian root file system made with debootstrap,
+# which the tests import: nothing comes from an image registry.
+KT_DOCKER_ENGINE="$KT_VENV/opt/docker-engine"
+KT_DEVCONTAINER_CLI="@devcontainers/cli@0.89.0"
+KT_DEBIAN_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-minbase.tar"
+kt_docker_for_tests() {
+  local package work
+  kt_apt_packages docker-compose:docker-compose debootstrap:debootstrap
+  if ! docker info >/dev/null 2>&1 && [ ! -x "$KT_DOCKER_ENGINE/usr/sbin/dockerd" ]; then
+    kt_log "unpacking Debian's Docker Engine (for the tests) into $KT_DOCKER_ENGINE"
+    work="$(mktemp -d)" && chmod 755 "$work"
+    if ! (cd "$work" && apt-get download -q docker.io containerd runc tini >/dev/null 2>&1); then
+      kt_apt_update  # no package lists yet
+      (cd "$work" && apt-get download -q docker.io containerd runc tini >/dev/null)
+    fi
+    mkdir -p "$KT_DOCKER_ENGINE.partial"
+    for package in "$work"/*.deb; do dpkg -x "$package" "$KT_DOCKER_ENGINE.partial"; done
+    rm -rf "$work" "$KT_DOCKER_ENGINE" && mv "$KT_DOCKER_ENGINE.partial" "$KT_DOCKER_ENGINE"
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    work="$HOME/.cache/kafkatunnel/devcontainers-cli-${KT_DEVCONTAINER_CLI##*@}"
+    if [ ! -x "$work/node_modules/.bin/devcontainer" ]; then
+      kt_log "installing $KT_DEVCONTAINER_CLI into $work"
+      rm -rf "$work.partial" && mkdir -p "$work.partial"
+      (cd "$work.partial" && npm install --no-audit --no-fund --loglevel=error \
+        "$KT_DEVCONTAINER_CLI" >/dev/null)
+      mv "$work.partial" "$work"
+    fi
+  fi
+  if [ ! -f "$KT_DEBIAN_ROOTFS" ] && [ "$(id -u)" = 0 ]; then
+    kt_log "making a Debian root file system with debootstrap into $KT_DEBIAN_ROOTFS"
+    work="$(mktemp -d)"
+    /usr/sbin/debootstrap --variant=minbase "$(. /etc/os-release && echo "$VERSION_CODENAME")" \
+      "$work/root" http://deb.debian.org/debian >/dev/null
+    mkdir -p "$(dirname "$KT_DEBIAN_ROOTFS")"
+    tar -C "$work/root" -cf "$KT_DEBIAN_ROOTFS.partial" .
+    mv "$KT_DEBIAN_ROOTFS.partial" "$KT_DEBIAN_ROOTFS"
+    rm -rf "$work"
+  fi
+}
+
 # The clients in other languages that the tests run through the tunnel: franz-go from the Go
 # module proxy (go.sum pins it), kafkajs and @platformatic/kafka from npm (package-lock.json
 # pins them) into a cache outside the repository named by the lock file's hash. The Java
