@@ -44,7 +44,7 @@ NEEDS = {
     "spark-cluster": "HDFS or YARN",
     "benchmark": "minutes of measuring",
     "setup": "a fresh machine (CI runs these)",
-    "docker": "a Docker daemon (tests/tunnel/test_containers.py plays its containers)",
+    "docker": "a Docker daemon (tests/docker/ runs the recipes with one)",
 }
 UNTIL_INTERRUPTED = "# until Ctrl-C"
 BOX = re.compile(r"[│┃┏┓┗┛┡┩┠┨┯┷┳┻╇╈━─┼╋┣┫┬┴├┤┌┐└┘]")

@@ -379,8 +379,9 @@ def test_containers_reach_the_companions_on_the_bridge(
 ) -> None:
     """--for-containers: the registry is served on the bridge too, on the same port, and
     `up` prints the URL containers use; a SchemaRegistryClient in the container uses it.
-    The container is a veth namespace as Docker makes one (no Docker Engine runs here,
-    docs/containers.md), and the subject is the bridge's listener and the printed URL."""
+    The container is a veth namespace as Docker makes one, in this package's world of
+    stand-ins; Docker's engine runs the recipes in tests/docker/. The subject here is the
+    bridge's listener and the URL printed for it."""
     from tests.tunnel.container import HOST_ADDRESS, Container
 
     shop_world(apiserver)

@@ -1,0 +1,28 @@
+"""The application in the container, as a developer's would be: it takes the brokers from
+KAFKA_BOOTSTRAP_SERVERS, as the recipes of docs/containers.md set it, produces to a topic and
+consumes it once with each group named, printing for each what it consumed and how many
+NOT_COORDINATOR errors it met.
+
+    python tests/docker/orders.py TOPIC COUNT GROUP...
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kafkatunnel.localcluster.workload import consume_group, produce
+
+
+def main(topic: str, count: str, *groups: str) -> int:
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    print(f"PRODUCED {produce(bootstrap, topic, int(count))}", flush=True)
+    for group in groups:
+        result = consume_group(bootstrap, group, topic, int(count), timeout=60)
+        print(f"CONSUMED {group} {result.consumed} NOT_COORDINATOR {result.not_coordinator}",
+              flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
