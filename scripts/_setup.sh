@@ -130,6 +130,19 @@ kt_maven() {
   kt_apt install -y -qq --no-install-recommends maven >/dev/null
 }
 
+# The jars scripts/NAME/pom.xml names, with their dependencies, copied into DIR (a cache
+# outside the repository) whole or not at all: kt_maven_jars WHAT NAME DIR [MAVEN-ARG...]
+kt_maven_jars() {
+  local what="$1" name="$2" dir="$3"
+  shift 3
+  kt_maven
+  kt_log "fetching $what from Maven Central into $dir"
+  rm -rf "$dir.partial"
+  mvn -q -B -f "$KT_ROOT/scripts/$name/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$dir.partial" "$@"
+  mv "$dir.partial" "$dir"
+}
+
 # Apache Kafka, the reference cluster (kafkatunnel/localcluster/apache.py): its jars from
 # Maven Central with Maven, once, into a cache outside the repository, pinned by the version
 # in scripts/apache-kafka/pom.xml. Maven comes from Debian when missing.
@@ -137,13 +150,7 @@ KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$
 KT_KAFKA_LIB="${KAFKATUNNEL_KAFKA_LIB:-$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA_VERSION/lib}"
 kt_apache_kafka() {
   if [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
-  kt_maven
-  kt_log "fetching Apache Kafka $KT_KAFKA_VERSION from Maven Central into $KT_KAFKA_LIB"
-  local partial="$KT_KAFKA_LIB.partial"
-  rm -rf "$partial"
-  mvn -q -B -f "$KT_ROOT/scripts/apache-kafka/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$partial"
-  mv "$partial" "$KT_KAFKA_LIB"
+  kt_maven_jars "Apache Kafka $KT_KAFKA_VERSION" apache-kafka "$KT_KAFKA_LIB"
 }
 
 # Kafka Connect's distributed worker and the FileStream connectors, at Apache Kafka's version,
@@ -151,13 +158,8 @@ kt_apache_kafka() {
 KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_KAFKA_VERSION/lib}"
 kt_kafka_connect() {
   if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
-  kt_maven
-  kt_log "fetching Kafka Connect $KT_KAFKA_VERSION from Maven Central into $KT_CONNECT_LIB"
-  local partial="$KT_CONNECT_LIB.partial"
-  rm -rf "$partial"
-  mvn -q -B -f "$KT_ROOT/scripts/kafka-connect/pom.xml" dependency:copy-dependencies \
-    -Dkafka.version="$KT_KAFKA_VERSION" -DoutputDirectory="$partial"
-  mv "$partial" "$KT_CONNECT_LIB"
+  kt_maven_jars "Kafka Connect $KT_KAFKA_VERSION" kafka-connect "$KT_CONNECT_LIB" \
+    -Dkafka.version="$KT_KAFKA_VERSION"
 }
 
 # Apicurio Registry, the real schema registry of the tests: its release from Maven Central,

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import HEAP, KAFKA_VERSION, ApacheKafka
+from kafkatunnel.localcluster.apache import HEAP, KAFKA_VERSION, LOG4J, ApacheKafka
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
@@ -30,14 +30,6 @@ CONNECT_ADDRESS, CONNECT_PORT = "127.0.0.21", 8083
 REGISTRY_ADDRESS, REGISTRY_PORT = "127.0.0.22", 8080
 CCOMPAT = "/apis/ccompat/v7"
 START_TIMEOUT = 120.0  # a JVM scanning its plugins on two busy cores
-CONNECT_LOG4J = """\
-rootLogger.level = WARN
-rootLogger.appenderRef.stdout.ref = STDOUT
-appender.stdout.type = Console
-appender.stdout.name = STDOUT
-appender.stdout.layout.type = PatternLayout
-appender.stdout.layout.pattern = [%d] %p %m (%c)%n
-"""
 
 
 def _cache(variable: str, default: str, marker: str) -> Path:
@@ -115,7 +107,7 @@ class ConnectWorker:
             "plugin.discovery": "service_load",  # the FileStream connectors, by their manifests
         }
         self.config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-        self.log4j.write_text(CONNECT_LOG4J)
+        self.log4j.write_text(LOG4J)  # the brokers' own: warnings and errors
         argv = ["java", *HEAP, f"-Dlog4j2.configurationFile={self.log4j}", "-cp",
                 f"{self.lib}/*", "org.apache.kafka.connect.cli.ConnectDistributed",
                 str(self.config)]  # fmt: skip
