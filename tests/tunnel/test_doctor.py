@@ -128,5 +128,7 @@ def test_a_recording_with_a_doctor_run_in_it_passes_verify_strict(
     applications = {v["key"]: v["verdict"] for v in verdicts if v["tool"] is None}
     assert applications == dict.fromkeys(work.groups, "ok")
     doctors = [v for v in verdicts if v["tool"] == "kafkatunnel-doctor"]
-    assert {v["verdict"] for v in doctors} == {"ok", "unverified"}  # joined; only looked up
+    # joined: ok; only looked up on the way to a group of the right broker: unverified (when
+    # each broker's first guess is right, 1 run in 27 on three brokers, there are none)
+    assert {v["verdict"] for v in doctors} - {"unverified"} == {"ok"}
     assert sum(v["verdict"] == "ok" for v in doctors) == 3  # a smoke group per broker
