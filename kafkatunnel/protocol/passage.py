@@ -698,14 +698,16 @@ class Exchange:
             return cap_api_versions(whole, request.api_version, self.caps)
         key, version = request.api_key, request.api_version
         answers = self.answers
-        result = None if answers is None else answers.find(key, version, whole, self.mapper)
+        result, kept_as = None, None
+        if answers is not None:
+            result, kept_as = answers.find(key, version, whole, self.mapper)
         if result is None:
             result = self._rewrite(
                 lambda mapper: rewrite_response(whole, key, version, mapper),
                 lambda: addresses_in(whole, key, version),
             )
-            if answers is not None:
-                answers.keep(key, version, whole, result, self.mapper)
+            if answers is not None and kept_as is not None:
+                answers.keep(kept_as, result, self.mapper)
         self.stats.rewritten += result.changed
         return result.frame
 
