@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_tunnel.py [--rounds 5] [--messages 300000]
     .venv/bin/python scripts/bench_tunnel.py --idle 1000 --tunnels uvloop,uvloop-tls
+    .venv/bin/python scripts/bench_tunnel.py --refreshes 2000 --baseline /tmp/base
 
 Paths to a tansu broker on this machine's loopback, each its own broker process:
   direct       the client talks to the broker
@@ -59,7 +60,9 @@ import confluent_kafka
 from kafka.record.default_records import DefaultRecordBatchBuilder  # type: ignore[import-untyped]
 from kio.index import load_request_schema
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.produce.v11 import request as produce_v11
 
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.harness import TANSU_HOST, start_tansu, tansu_binary
@@ -472,18 +475,81 @@ def interleaved(paths: list[Path_], requests: int) -> None:
         print(f"| {path.name} | " + " | ".join(cells) + f" | {per_trip:.1f} us |")
 
 
+def refreshes(paths: list[Path_], count: int, between: int) -> None:
+    """A producer's answers beside metadata refreshes, on every path in turn (a new random
+    order each turn, as interleaved()): `between` Produce v11 requests on one connection,
+    all in flight at once as a producer's are, then one Metadata v12 round trip for the
+    producer's topic on another connection to the same tunnel, timed. A Produce v11 answer
+    names brokers (its leader endpoints), so the tunnel holds it whole and walks it, as it
+    does a Metadata answer; only the Metadata answer is the same each time. Prints the
+    Metadata round trip and the produce batch added over direct, and each relay's CPU per
+    refresh and per produce answer (measured around each, every thread's)."""
+    producers, refreshers, batches, asks, pids = [], [], [], [], []
+    for path in paths:
+        producer, refresher = ProbeConnection(path.bootstrap), ProbeConnection(path.bootstrap)
+        topic = f"refreshed-{uuid.uuid4().hex[:6]}"
+        producer.request(_produce(topic, produce_v11))  # the topic exists before it is asked
+        batch = _produce(topic, produce_v11)
+        batches.append(b"".join(encode_request(batch, 100 + n) for n in range(between)))
+        ask = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
+                              allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)  # fmt: skip
+        asks.append(encode_request(ask, 1))
+        producers.append(producer)
+        refreshers.append(refresher)
+        pids.append(path.relay_pids())
+    kinds = ("metadata", "produce")
+    samples: dict[str, dict[str, list[float]]] = {p.name: {k: [] for k in kinds} for p in paths}
+    cpu: dict[str, dict[str, float]] = {p.name: dict.fromkeys(kinds, 0.0) for p in paths}
+    order = list(range(len(paths)))
+    for _ in range(count):
+        random.shuffle(order)
+        for index in order:
+            name = paths[index].name
+            for kind, sock, frames, answers in (
+                ("produce", producers[index].sock, batches[index], between),
+                ("metadata", refreshers[index].sock, asks[index], 1),
+            ):
+                before = cpu_times(pids[index])
+                start = time.perf_counter_ns()
+                sock.sendall(frames)
+                for _ in range(answers):
+                    _read_frame(sock)
+                samples[name][kind].append((time.perf_counter_ns() - start) / 1e6)
+                cpu[name][kind] += cpu_used(before, cpu_times(pids[index]))
+    for probe in producers + refreshers:
+        probe.close()
+    direct = {k: _percentiles(samples[paths[0].name][k]) for k in kinds}
+    (refresh_p50, refresh_p99), (batch_p50, batch_p99) = direct["metadata"], direct["produce"]
+    print(f"\n{count:,} refreshes per path, each after {between} produce answers, interleaved; "
+          f"direct: a refresh p50 {refresh_p50:.3f} / p99 {refresh_p99:.3f} ms, a batch "
+          f"{batch_p50:.3f} / {batch_p99:.3f} ms\n")  # fmt: skip
+    print("| added over direct, p50 / p99 ms | metadata refresh | produce batch "
+          "| relay CPU per refresh | per produce answer |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        cells = []
+        for kind in kinds:
+            p50, p99 = _percentiles(samples[path.name][kind])
+            cells.append(f"{p50 - direct[kind][0]:+.3f} / {p99 - direct[kind][1]:+.3f}")
+        per_refresh = cpu[path.name]["metadata"] * 1e6 / count
+        per_answer = cpu[path.name]["produce"] * 1e6 / (count * between)
+        print(f"| {path.name} | " + " | ".join(cells)
+              + f" | {per_refresh:.1f} us | {per_answer:.1f} us |")  # fmt: skip
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
 
 
-def _produce(topic: str) -> Any:
+def _produce(topic: str, schema: Any = produce_v9) -> Any:
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                         batch_size=1 << 20)  # fmt: skip
     builder.append(0, timestamp=None, key=None, value=b"v" * 100, headers=[])
     request, topic_data, partition_data = _untyped(
-        ProduceRequest, TopicProduceData, PartitionProduceData
+        schema.ProduceRequest, schema.TopicProduceData, schema.PartitionProduceData
     )
     data = partition_data(index=0, records=bytes(builder.build()))
     return request(
@@ -579,6 +645,22 @@ def main() -> None:
         "at a time (latency differences too small for separate measurements to show)",
     )
     parser.add_argument(
+        "--refreshes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of throughput: N metadata refreshes on every path, in turn, each after "
+        "a batch of produce answers on another connection (--between)",
+    )
+    parser.add_argument(
+        "--between",
+        type=int,
+        default=100,
+        metavar="K",
+        help="with --refreshes: Produce v11 requests in flight at once before each refresh "
+        "(default 100, more than the tunnel keeps answers)",
+    )
+    parser.add_argument(
         "--floor",
         action="store_true",
         help="also python-floor (scripts/floor_relay.py): a relay on uvloop that only reads "
@@ -607,6 +689,14 @@ def main() -> None:
     if args.interleaved:
         try:
             interleaved(paths, args.interleaved)
+        finally:
+            for path in paths:
+                for process in path.processes + path.cluster_side:
+                    process.stop()
+        return
+    if args.refreshes:
+        try:
+            refreshes(paths, args.refreshes, args.between)
         finally:
             for path in paths:
                 for process in path.processes + path.cluster_side:
