@@ -5,7 +5,8 @@ leak check.
 ok: passed. misrouted: a failure, its reasons and timeline as the evidence. unverified:
 skipped, or a failure under --strict (but for the tool's own look-ups, which only skip).
 Group ids come from the recording: any text, so characters XML 1.0 cannot hold are written
-as \\uXXXX escapes rather than making the file unreadable.
+as \\uXXXX escapes rather than making the file unreadable, and a backslash as two, so an id
+that holds the text \\u0001 is never read as one that holds U+0001.
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ from kafkatunnel.verify.job import Report
 from kafkatunnel.verify.judge import MISROUTED, OK, Verdict
 
 SUITE = "kafkatunnel verify"
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ESCAPED = re.compile("[\\\\]|[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    character = found.group()
+    return "\\\\" if character == "\\" else f"\\u{ord(character):04x}"
 
 
 def _text(value: object) -> str:
-    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
+    """The text with what XML 1.0 cannot hold as \\uXXXX, and a backslash as \\\\."""
+    return _ESCAPED.sub(_escape, str(value))
 
 
 def _classname(verdict: Verdict) -> str:

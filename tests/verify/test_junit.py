@@ -1,11 +1,13 @@
 """`verify --junit`: the report as JUnit XML, read back by junitparser (the parser CI
 result publishers use), not by our own writer. One recording holds ok groups, misrouted
 ones (a copy whose listeners say its connections reached the wrong brokers) and unverified
-ones (a copy whose look-ups were left out, its ids hostile to XML and to terminal markup)."""
+ones (a copy whose look-ups were left out, its ids hostile to XML and to terminal markup),
+and ok ones whose ids hold the text of an escape. A second recording leaks addresses."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +27,7 @@ SAMPLE = read_sample(sorted(ROUTED.iterdir()))
 OK_TAG = b"fine-000001"
 MISROUTED_TAG = b"wrong-00002"
 HOSTILE_TAG = b'<\x01&]]>"[/x]'  # no look-ups recorded for these: unverified
+ESCAPE_TAG = b"\\u0001-look"  # the text of an escape, not U+0001: ok
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
             return listener
         return dataclasses.replace(listener, node_id=listener.node_id % 3 + 1)
 
-    tags = [OK_TAG, MISROUTED_TAG, HOSTILE_TAG]
+    tags = [OK_TAG, MISROUTED_TAG, HOSTILE_TAG, ESCAPE_TAG]
     assert all(len(tag) == len(SAMPLE.prefix) for tag in tags)
     record_copies(directory, SAMPLE, tags, keep=keep, relisten=relisten)
     return directory
@@ -62,6 +65,12 @@ def cases(xml: bytes) -> dict[str, tuple[str, str, object]]:
     return out
 
 
+def unescape(name: str) -> str:
+    """A name as the JUnit file escapes it (\\uXXXX, \\\\) read back to the id."""
+    return re.sub(r"\\(\\|u([0-9a-f]{4}))",
+                  lambda m: chr(int(m.group(2), 16)) if m.group(2) else "\\", name)  # fmt: skip
+
+
 def verdicts(report: Report) -> dict[str, str]:
     return {v.key: v.verdict for v in report.verdicts}
 
@@ -70,11 +79,12 @@ def test_each_group_is_a_case_named_by_its_verdict(report: Report) -> None:
     expected = verdicts(report)
     assert {"ok", "misrouted", "unverified"} <= set(expected.values())
     found = cases(junit_xml(report, strict=False))
-    groups = {name: outcome for name, (_, outcome, _) in found.items() if name in expected}
-    escaped = [n for n in found if "\\u0001" in n]  # XML 1.0 cannot hold U+0001: escaped
-    assert len(groups) + len(escaped) == len(expected)
+    names = {unescape(name) for name, (classname, _, _) in found.items() if classname != "leaks"}
+    assert len(found) == len(expected) + 1  # and the leak check
+    assert names == set(expected)  # each id once, as it is, U+0001 and the text \\u0001 apart
+    assert any("\x01" in key for key in expected) and any("\\" in key for key in expected)
     for name, (classname, outcome, result) in found.items():
-        key = name.replace("\\u0001", "\x01")
+        key = unescape(name)
         if classname == "leaks":
             assert outcome == "passed"
             continue
@@ -102,6 +112,29 @@ def test_strict_fails_the_unverified_cases(report: Report) -> None:
     assert outcomes == {"failure"}
     own = {o for c, o, _ in found.values() if c == "kafkatunnel"}  # the tool's own look-ups
     assert own == {"skipped"}
+
+
+def test_a_recording_with_a_leak_fails_the_leak_case(tmp_path: Path) -> None:
+    """A tunnel whose answers named addresses other than its listeners' (recorded on
+    127.0.0.3, the answers still name 127.0.0.1's): the leak case fails, naming them."""
+
+    def moved(tag: bytes, listener: Listener) -> Listener:
+        return dataclasses.replace(
+            listener, tunnel=listener.tunnel.replace("127.0.0.1:", "127.0.0.3:")
+        )
+
+    record_copies(tmp_path, SAMPLE, [OK_TAG], relisten=moved)
+    report = verify_local([str(tmp_path)])
+    assert report.leaks and not report.ok
+    xml = junit_xml(report, strict=False)
+    _, outcome, result = cases(xml)["no broker address leaked to clients"]
+    assert outcome == "failure" and isinstance(result, Failure) and result.type == "leak"
+    assert result.message == f"{len(report.leaks)} address(es) leaked"
+    for leak in report.leaks:
+        assert leak["address"].startswith("127.0.0.1:")
+        assert f"{leak['api']} answers named {leak['address']}" in (result.text or "")
+    suite = next(iter(JUnitXml.fromstring(xml.decode())))
+    assert suite.failures == 1 + sum(v.verdict == "misrouted" for v in report.verdicts)
 
 
 def test_the_command_writes_the_file_and_prints_hostile_ids_as_text(
