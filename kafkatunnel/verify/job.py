@@ -412,6 +412,13 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+WORKER_DIED = (
+    "verify: a decoding process died (killed, out of memory?): decoding all {files} files "
+    "again in this one process, which takes longer; give the machine more memory, or verify "
+    "on Spark (without --in-process)"
+)
+
+
 def decode_all(files: list[str], workers: int | None = None) -> list[FileResult]:
     """Stage 1 without Spark: each file on its own, in a process per core when there is
     enough to share (forked when this process runs no other thread, else from a fork
@@ -424,6 +431,7 @@ def decode_all(files: list[str], workers: int | None = None) -> list[FileResult]
         with ProcessPoolExecutor(min(workers, len(files)), get_context(method)) as pool:
             return list(pool.map(decode_path, files))
     except BrokenProcessPool:  # a worker was killed (out of memory?): one process, then
+        print(WORKER_DIED.format(files=len(files)), file=sys.stderr, flush=True)
         return [decode_path(f) for f in files]
 
 

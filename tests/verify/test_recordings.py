@@ -4,18 +4,26 @@ the groups and their NOT_COORDINATOR counts. Spark and the in-process pass agree
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kafkatunnel.capture.recorder import Listener
 from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
 from kafkatunnel.verify.calls import FileDecoder
-from kafkatunnel.verify.job import PARALLEL_BYTES, Report, verify_local, verify_spark
+from kafkatunnel.verify.job import PARALLEL_BYTES, Report, cores, verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK
+from kafkatunnel.waiting import wait_for
 from tests.verify.conftest import ROUTED, SINGLE_FORWARD
 
 
@@ -112,34 +120,128 @@ def test_without_java_verify_says_what_to_install(tmp_path: Path) -> None:
     assert "Spark needs Java 17 or newer" in text and "--in-process" in text
 
 
-def test_a_process_per_core_gives_the_one_process_verdicts(tmp_path: Path) -> None:
-    """Without Spark, files are spread over processes once there is enough to share (here
-    120 copies of the routed session, 24 MiB in 6 files, one copy misrouted): the report
-    is the one a single process writes, from forked workers and, while another thread
-    runs (forking it is not safe), from the fork server's."""
+MISROUTED_COPY = 7
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 copies of the routed session, 24 MiB in 6 files, copy 7 misrouted: enough for
+    verify to spread the files over processes."""
+    directory = tmp_path_factory.mktemp("copies")
     sample = read_sample(sorted(ROUTED.iterdir()))
     tags = [tag_for(copy, sample.prefix) for copy in range(120)]
 
     def misroute(tag: bytes, listener: Listener) -> Listener:
-        if tag != tags[7] or listener.node_id is None:
+        if tag != tags[MISROUTED_COPY] or listener.node_id is None:
             return listener
         return Listener(listener.node_id % 3 + 1, listener.advertised, listener.tunnel)
 
-    record_copies(tmp_path, sample, tags, relisten=misroute, rotate_bytes=4 * 2**20)
-    files = sorted(tmp_path.iterdir())
+    record_copies(directory, sample, tags, relisten=misroute, rotate_bytes=4 * 2**20)
+    files = sorted(directory.iterdir())
     assert len(files) > 2 and sum(f.stat().st_size for f in files) > PARALLEL_BYTES
-    spread = verify_local([str(tmp_path)], workers=2)
-    alone = verify_local([str(tmp_path)], workers=1)
+    return directory
+
+
+def test_a_process_per_core_gives_the_one_process_verdicts(copies: Path) -> None:
+    """Without Spark, files are spread over processes once there is enough to share: the
+    report is the one a single process writes, from forked workers and, while another
+    thread runs (forking it is not safe), from the fork server's."""
+    spread = verify_local([str(copies)], workers=2)
+    alone = verify_local([str(copies)], workers=1)
     assert spread.as_dict() == alone.as_dict()
     other = threading.Event()
     waiting = threading.Thread(target=other.wait)
     waiting.start()
     try:
-        served = verify_local([str(tmp_path)], workers=2)
+        served = verify_local([str(copies)], workers=2)
     finally:
         other.set()
         waiting.join()
     assert served.as_dict() == alone.as_dict()
     assert spread.frames > 100_000 and not spread.ok
     misrouted = {v.key for v in spread.verdicts if v.verdict == MISROUTED}
-    assert misrouted and all(key.startswith(tags[7].decode()) for key in misrouted)
+    tag = tag_for(MISROUTED_COPY, read_sample(sorted(ROUTED.iterdir())).prefix).decode()
+    assert misrouted and all(key.startswith(tag) for key in misrouted)
+
+
+def _descendants(root: int) -> set[int]:
+    """The processes under `root`, from /proc (forked workers, or the fork server's)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _holds(pid: int, path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    return False
+
+
+def _reader(root: int, path: Path) -> int | None:
+    """The one process under `root` that has `path` open, if any."""
+    readers = [pid for pid in _descendants(root) if _holds(pid, path)]
+    assert len(readers) <= 1, readers
+    return readers[0] if readers else None
+
+
+def _writer_once_read(fifo: Path, process: subprocess.Popen[str], deadline: float) -> int:
+    """A write end of `fifo`, opened once some process has opened it to read."""
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO:  # ENXIO: nobody reads it yet
+                raise
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "nobody opened the file to read it"
+        time.sleep(0.05)
+
+
+def test_a_killed_decoding_process_is_said_and_the_files_decoded_again(
+    copies: Path, tmp_path: Path
+) -> None:
+    """A decoding process killed while it reads a file (as the kernel's out-of-memory killer
+    kills): verify says so on stderr, decodes every file again in this one process and
+    reports what one process reports. The file is a named pipe, so the test knows which
+    process reads it, and when."""
+    if cores() < 2:
+        pytest.skip("one core: verify decodes in one process, with no process to kill")
+    held, content = tmp_path / "held.pcapng", sorted(ROUTED.iterdir())[0].read_bytes()
+    os.mkfifo(held)
+    target = tmp_path / "report.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", str(held),
+         str(copies), "--json", str(target)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        writer = _writer_once_read(held, process, time.monotonic() + 120)
+        # a reader counts once inside open(), before the file is among its descriptors
+        reader = wait_for(lambda: _reader(process.pid, held), timeout=30, what="the reader")
+        os.kill(reader, signal.SIGKILL)
+        # the write end stays open (closed, a reader would see an empty file): once verify
+        # itself opens the file again, the whole recording is written and the end closed
+        wait_for(lambda: _holds(process.pid, held), timeout=60, what="verify to read again")
+        os.set_blocking(writer, True)
+        with os.fdopen(writer, "wb") as pipe:
+            pipe.write(content)
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+        process.wait()
+    files = len(list(copies.iterdir())) + 1
+    said = " ".join(err.split())
+    assert f"a decoding process died (killed, out of memory?): decoding all {files} files" in said
+    assert "Traceback" not in err
+    assert process.returncode == 1, out + err  # the misrouted copy
+    held.unlink()
+    held.write_bytes(content)  # the same file, read by one process from the start
+    alone = verify_local([str(held), str(copies)], workers=1)
+    assert json.loads(target.read_text()) == alone.as_dict()
