@@ -177,18 +177,37 @@ kt_apicurio_registry() {
   mv "$partial" "$KT_APICURIO_HOME"
 }
 
+# PySpark 3.5, the older line kafkatunnel[verify] allows, for the tests that read object
+# storage through its Hadoop (3.3, AWS SDK v1): pip-installed at the version
+# scripts/pyspark-3.5/requirements.txt pins, into a cache outside the repository, never on the
+# virtualenv's path (a test puts it first on a subprocess's). After kt_venv.
+KT_PYSPARK35_VERSION="$(sed -n 's/^pyspark==//p' "$KT_ROOT/scripts/pyspark-3.5/requirements.txt")"
+KT_PYSPARK35="${KAFKATUNNEL_PYSPARK35:-$HOME/.cache/kafkatunnel/pyspark-$KT_PYSPARK35_VERSION}"
+kt_pyspark35() {
+  if [ -f "$KT_PYSPARK35/pyspark/jars/spark-core_2.12-$KT_PYSPARK35_VERSION.jar" ]; then return 0; fi
+  kt_log "installing PySpark $KT_PYSPARK35_VERSION (for the tests) into $KT_PYSPARK35"
+  rm -rf "$KT_PYSPARK35.partial"
+  "$KT_VENV/bin/python" -m pip install -q --no-compile --target "$KT_PYSPARK35.partial" \
+    -r "$KT_ROOT/scripts/pyspark-3.5/requirements.txt"
+  mv "$KT_PYSPARK35.partial" "$KT_PYSPARK35"
+}
+
 # Hadoop's S3A connector for `verify s3a://...` (kafkatunnel/verify/objectstore.py), at the
 # version of the Hadoop inside the installed PySpark (the same coordinates verify hands Spark),
 # with its AWS SDK bundle, into the local Maven repository (~/.m2), where Spark's own package
-# resolution looks before Maven Central (scripts/hadoop-aws/pom.xml). After kt_venv.
+# resolution looks before Maven Central (scripts/hadoop-aws/pom.xml). For the virtualenv's
+# PySpark and for the tests' PySpark 3.5 (Hadoop 3.3.4, SDK v1). After kt_venv, kt_pyspark35.
 kt_hadoop_aws() {
-  local version jar
-  version="$(python -c 'from kafkatunnel.verify.objectstore import hadoop_version as v; print(v())')"
-  jar="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/$version/hadoop-aws-$version.jar"
-  if [ -f "$jar" ]; then return 0; fi
-  kt_maven
-  kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
-  mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+  local where version jar
+  for where in "" "$KT_PYSPARK35"; do
+    version="$(PYTHONPATH="$where" python -c \
+      'from kafkatunnel.verify.objectstore import hadoop_version as v; print(v())')"
+    jar="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/$version/hadoop-aws-$version.jar"
+    if [ -f "$jar" ]; then continue; fi
+    kt_maven
+    kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
+    mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+  done
 }
 
 # Docker for the container tests (tests/docker/): the machine's engine when `docker info`
