@@ -5,7 +5,10 @@ version is read from PySpark's own jars and Spark resolves it as `--packages` do
 local Maven repository first, then Maven Central). The endpoint and region come from the
 AWS SDKs' usual variables. Credentials never pass through here: the AWS SDK's default
 chain finds them on the driver and on each executor (AWS_ACCESS_KEY_ID and friends,
-~/.aws/credentials and AWS_PROFILE, web identity, the instance's role).
+~/.aws/credentials and AWS_PROFILE, web identity, the instance's role). That chain is a
+class of the SDK the Hadoop speaks: v1 up to Hadoop 3.3 (PySpark 3.5), v2 from Hadoop 3.4
+(PySpark 4). A provider or packages the user set in spark-defaults.conf are kept: settings
+made here would replace them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from urllib.parse import urlparse
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
 S3A = "s3a://"
-CREDENTIALS_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+PROVIDER = "spark.hadoop.fs.s3a.aws.credentials.provider"
+PACKAGES = "spark.jars.packages"
+SDK_V1_CHAIN = "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
+SDK_V2_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+SDK_V2_HADOOP = (3, 4)  # the first Hadoop whose S3A connector speaks AWS SDK v2
 
 
 class ObjectStoreError(ValueError):
@@ -45,10 +52,43 @@ def hadoop_version() -> str | None:
     return None
 
 
+def credentials_chain(hadoop: str) -> str:
+    """The AWS SDK's default credentials chain, as a class of the SDK `hadoop` speaks."""
+    release = tuple(int(part) for part in hadoop.split(".")[:2])
+    return SDK_V2_CHAIN if release >= SDK_V2_HADOOP else SDK_V1_CHAIN
+
+
+def spark_defaults(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The settings in the spark-defaults.conf Spark reads: $SPARK_CONF_DIR's, else the conf
+    directory of $SPARK_HOME or of the installed PySpark ({} when there is none)."""
+    if env.get("SPARK_CONF_DIR"):
+        conf = Path(env["SPARK_CONF_DIR"])
+    elif env.get("SPARK_HOME"):
+        conf = Path(env["SPARK_HOME"]) / "conf"
+    else:
+        jars = _pyspark_jars()
+        if jars is None:
+            return {}
+        conf = jars.parent / "conf"
+    try:
+        text = (conf / "spark-defaults.conf").read_text(errors="replace")
+    except OSError:
+        return {}
+    settings = {}
+    for line in text.splitlines():
+        found = re.match(r"\s*([^#!=:\s][^=:\s]*)[ \t\f]*[=:]?[ \t\f]*(.*)", line)
+        if found:
+            settings[found.group(1)] = found.group(2).strip()
+    return settings
+
+
 def object_store_settings(
-    paths: Iterable[str], env: Mapping[str, str] = os.environ
+    paths: Iterable[str],
+    env: Mapping[str, str] = os.environ,
+    defaults: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Spark settings to read the s3a:// paths among `paths` ({} when there are none)."""
+    """Spark settings to read the s3a:// paths among `paths` ({} when there are none).
+    `defaults`: the user's spark-defaults.conf settings (read where Spark reads them)."""
     paths = list(paths)
     wrong = [p for p in paths if p.startswith(("s3://", "s3n://"))]
     if wrong:
@@ -56,13 +96,17 @@ def object_store_settings(
                                f"{'s3a://' + wrong[0].split('://', 1)[1]}")  # fmt: skip
     if not any(is_object_store(p) for p in paths):
         return {}
-    settings = {"spark.hadoop.fs.s3a.aws.credentials.provider": CREDENTIALS_CHAIN}
+    user = spark_defaults(env) if defaults is None else defaults
+    version = hadoop_version()
+    settings = {}
+    if PROVIDER not in user and version is not None:
+        settings[PROVIDER] = credentials_chain(version)
     jars = _pyspark_jars()
-    if jars is None or not any(jars.glob("hadoop-aws-*.jar")):  # else the user added it
-        version = hadoop_version()
+    theirs = user.get(PACKAGES, "")
+    if (jars is None or not any(jars.glob("hadoop-aws-*.jar"))) and f"{HADOOP_AWS}:" not in theirs:
         if version is None:
             raise ObjectStoreError("s3a:// needs PySpark (pip install 'kafkatunnel[verify]')")
-        settings["spark.jars.packages"] = f"{HADOOP_AWS}:{version}"
+        settings[PACKAGES] = ",".join(filter(None, [theirs, f"{HADOOP_AWS}:{version}"]))
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if endpoint:
         parsed = urlparse(endpoint)
