@@ -28,6 +28,7 @@ LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z", re.IGNORECASE)
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 KUBERNETES_ZONES = ("svc",)  # `pod.service.namespace.svc`, as Strimzi advertises
 NEVER_RESOLVED = ("localhost",)  # RFC 6761 6.3: always the machine itself
+MULTICAST_DNS = "local"  # RFC 6762: multicast DNS's, never a zone (`cluster.local` may be)
 
 
 class UntrustedName(ValueError):
@@ -129,16 +130,21 @@ def kubernetes_name(host: str) -> KubernetesName | None:
 
 def derived_zone(host: str) -> str | None:
     """The zone a name the user gave stands for: a Kubernetes name's cluster domain, or the
-    name's parent domain when that has two labels or more and is no public suffix (a lone
-    `com` or `kafka`, or `co.uk`, would cover too much: name it with --dns-zone). None for
-    IP literals and single labels."""
+    name's parent domain, when that has two labels or more and is no public suffix (a lone
+    `com`, `kafka` or `local`, or `co.uk`, would cover too much: name it with --dns-zone).
+    None for IP literals and single labels. A Kubernetes name whose cluster domain is a
+    public suffix (`kafka.shop.svc.com`) is a public name, no cluster's: UntrustedName."""
     if is_ip_literal(host):
         return None
     name = kubernetes_name(host)
-    if name is not None:
-        return name.domain or None
-    parent = normalize(host).partition(".")[2]
-    return parent if "." in parent and not is_public_suffix(parent) else None
+    if name is not None and is_public_suffix(name.domain):
+        raise UntrustedName(
+            f"{_shown(host)} is shaped like a Kubernetes name, but its cluster domain "
+            f"{name.domain!r} is a public suffix: give the broker's address or a name of the "
+            "cluster's own"
+        )
+    zone = name.domain if name is not None else normalize(host).partition(".")[2]
+    return zone if "." in zone and not is_public_suffix(zone) else None
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,12 @@ class ClusterZones:
     (`pod.service`, `pod.service.namespace`; `service`, `service.namespace`) resolve only
     for the namespaces the user named (--namespace, or in a name they gave), and never
     when a public suffix holds them: `kafka-3.github.com.svc` must not make `github.com` or
-    `kafka-3.github.com` resolve here. No zone and no routing domain is a public suffix."""
+    `kafka-3.github.com` resolve here. No zone and no routing domain is a public suffix.
+
+    The shim answers for, and the resolver routes to it, only domains inside the zones: a
+    domain outside them would take every other name under it too (NXDOMAIN for
+    `intranet.mycorp.lan` once a broker named `team.mycorp.lan` made `mycorp.lan` one).
+    Short forms outside the zones are names, never domains: /etc/hosts holds them."""
 
     zones: frozenset[str]
     namespaces: frozenset[str] = frozenset()
@@ -180,6 +191,8 @@ class ClusterZones:
         domain = normalize(check_host(cluster_domain))
         if is_public_suffix(domain):
             raise UntrustedName(f"{domain!r} is a public suffix, not a cluster domain")
+        if domain == MULTICAST_DNS:
+            raise UntrustedName(f"{domain!r} is multicast DNS's (RFC 6762), not a cluster domain")
         zones = {domain, *KUBERNETES_ZONES}
         spaces = {normalize(check_host(n)) for n in namespaces}
         for name in names:
@@ -194,6 +207,9 @@ class ClusterZones:
                 raise UntrustedName(f"{zone!r} is an address, not a DNS zone")
             if is_public_suffix(zone):
                 raise UntrustedName(f"{zone!r} is a public suffix: name a zone of your own")
+            if normalize(zone) == MULTICAST_DNS:
+                raise UntrustedName(f"{zone!r} is multicast DNS's (RFC 6762): name a zone of "
+                                    "your own")  # fmt: skip
             zones.add(normalize(check_host(zone)))
         kept = frozenset(z for z in zones if not any(_within(z, n) for n in NEVER_RESOLVED))
         return cls(kept, frozenset(spaces), domain)
@@ -217,39 +233,40 @@ class ClusterZones:
     def names_of(self, advertised: str) -> ResolvableName:
         """The forms of a broker's (or a service's) advertised name that may resolve, and
         the domains the shim then answers for; the caller checked that the name is
-        covered."""
+        covered. A name outside Kubernetes is found under its parent domain, or, when that
+        is no domain of ours (the name is a zone's apex), under itself."""
         host = normalize(advertised)
         parsed = kubernetes_name(host)
         if parsed is None:
             parent = host.partition(".")[2]
-            return self._kept(host, {host}, {parent or host})
+            return self._kept(host, {host}, {parent if self._is_domain(parent) else host})
         pod, service, namespace = parsed.pod, parsed.service, parsed.namespace
         domain = parsed.domain or self.cluster_domain
         svc = f"{service}.{namespace}.svc"
         own = f"{pod}." if pod else ""
         forms = {host, f"{own}{svc}", f"{own}{svc}.{domain}"}
         suffixes = {f"{namespace}.svc", "svc", f"svc.{domain}", domain}
-        if pod:
-            suffixes.add(svc)
-        if namespace in self.namespaces:
+        if namespace in self.namespaces:  # the search path's short forms, and their domains
             in_namespace = f"{service}.{namespace}"
-            short = (  # each form, and the domain it is found under
-                {f"{own}{in_namespace}": in_namespace, f"{own}{service}": service}
-                if pod
-                else {in_namespace: namespace, service: service}
-            )
-            for form, suffix in short.items():
-                if self.allows(form):  # then its last labels, `suffix`, are allowed too
-                    forms.add(form)
-                    suffixes.add(suffix)
+            if pod:
+                forms |= {f"{own}{in_namespace}", f"{own}{service}"}
+                suffixes |= {in_namespace, service}
+            else:
+                forms |= {in_namespace, service}
+                suffixes |= {namespace, service}
         return self._kept(host, forms, suffixes)
 
     def _kept(self, host: str, forms: set[str], suffixes: set[str]) -> ResolvableName:
         return ResolvableName(
             host,
             frozenset(f for f in forms if self.allows(f)),
-            frozenset(s for s in suffixes if self.allows(s) and not is_public_suffix(s)),
+            frozenset(s for s in suffixes if self._is_domain(s)),
         )
+
+    def _is_domain(self, name: str) -> bool:
+        """Whether the shim may answer for everything under `name` (and a resolver route
+        it there): inside the zones, and no public suffix."""
+        return self.covers(name) and not is_public_suffix(name)
 
     def service_names(self, service: str, namespace: str) -> ResolvableName:
         """A Kubernetes service's names, as pods reach it through their search path: `NAME`,
@@ -260,17 +277,16 @@ class ClusterZones:
     def refusal(self, names: Iterable[str], domains: Iterable[str]) -> str | None:
         """Why this set of names and routing domains may not be handed to the machine's
         resolver (None: it may). Every name must be a form `names_of` gives a name inside
-        the zones, every domain one of their domains or inside the zones: what the tunnel
+        the zones, every domain inside the zones and no public suffix: what the tunnel
         itself hands over, and nothing a broker could add."""
         names = [normalize(check_host(n)) for n in names]
         granted = [self.names_of(n) for n in names if self.covers(n)]
         forms = {f for g in granted for f in g.forms}
-        suffixes = {s for g in granted for s in g.suffixes}
         for name in names:
             if name not in forms:
                 return f"{name!r} is outside the cluster's zones ({self})"
         for domain in (normalize(check_host(d)) for d in domains):
-            if is_public_suffix(domain) or not (domain in suffixes or self.covers(domain)):
+            if not self._is_domain(domain):
                 return f"domain {domain!r} is outside the cluster's zones ({self})"
         return None
 

@@ -107,16 +107,83 @@ def test_a_lone_label_or_tld_is_no_zone_unless_named() -> None:
         ClusterZones.of([], ["localhost/../x"])
 
 
-def test_short_forms_and_routing_domains_follow_the_names_inside() -> None:
+def test_short_forms_follow_the_names_inside_and_give_no_domain() -> None:
+    """The short forms are names (/etc/hosts holds them), never domains: the broker picked
+    `kafka-headless`, and could as well have picked `corp`. A zone the user names makes
+    them domains: `--dns-zone kafka-headless`."""
     full = "kafka-0.kafka-headless.staging.svc.cluster.local"
     zones = ClusterZones.of([full], ["corp.example"])
     names = [full, "kafka-0.kafka-headless", "kafka-0.kafka-headless.staging"]
-    assert set(zones.names_of(full).forms) == {*names, "kafka-0.kafka-headless.staging.svc"}
-    assert zones.refusal(names, ["cluster.local", "svc", "kafka-headless"]) is None
-    assert "login.example.com" in str(zones.refusal([*names, "login.example.com"], []))
-    assert "github.com" in str(zones.refusal(names, ["github.com"]))
+    granted = zones.names_of(full)
+    assert set(granted.forms) == {*names, "kafka-0.kafka-headless.staging.svc"}
+    assert granted.suffixes == {"cluster.local", "svc.cluster.local", "svc", "staging.svc"}
+    assert zones.refusal(names, ["cluster.local", "svc", "staging.svc"]) is None
+    for domain in ("kafka-headless", "kafka-headless.staging"):
+        assert zones.refusal(names, [domain]) == (
+            f"domain {domain!r} is outside the cluster's zones (cluster.local, corp.example, svc)"
+        )
+    assert "'login.example.com' is outside" in str(zones.refusal([*names, "login.example.com"], []))
+    assert "domain 'github.com' is outside" in str(zones.refusal(names, ["github.com"]))
     # a short form with no full name inside the zones behind it is no short form
-    assert zones.refusal(["kafka-0.evil"], ["evil"]) is not None
+    assert zones.refusal(["kafka-0.evil"], []) == (
+        "'kafka-0.evil' is outside the cluster's zones (cluster.local, corp.example, svc)"
+    )
+    named = ClusterZones.of([full], ["kafka-headless", "staging"])
+    assert {"kafka-headless", "kafka-headless.staging"} <= named.names_of(full).suffixes
+    assert named.refusal(names, ["kafka-headless", "kafka-headless.staging"]) is None
+    service = named.names_of("schema-registry.staging.svc")  # a service: NAME.NS is in NS
+    assert service.suffixes & {"staging", "schema-registry.staging"} == {"staging"}
+
+
+@pytest.mark.parametrize("tld", ["lan", "corp", "internal", "home.arpa"])
+def test_a_broker_at_a_zones_apex_takes_no_domain_outside_the_zones(tld: str) -> None:
+    """Bootstrap `kafka-1.team.mycorp.lan` gives the zone `team.mycorp.lan`; a broker
+    advertised as `team.mycorp.lan` is found under itself, never under `mycorp.lan`, which
+    would make the shim answer NXDOMAIN for the rest of the company's names. Private TLDs
+    are on no public suffix list: the zones are the only bound."""
+    zones = ClusterZones.of([f"kafka-1.team.mycorp.{tld}"])
+    assert f"team.mycorp.{tld}" in zones.zones and f"mycorp.{tld}" not in zones.zones
+    apex = zones.names_of(f"team.mycorp.{tld}")
+    assert apex.forms == apex.suffixes == {f"team.mycorp.{tld}"}
+    assert zones.names_of(f"kafka-2.team.mycorp.{tld}").suffixes == {f"team.mycorp.{tld}"}
+    assert zones.names_of(f"b.rack-1.team.mycorp.{tld}").suffixes == {f"rack-1.team.mycorp.{tld}"}
+    # the root helper refuses what a tunnel with the old rule would have asked for
+    names = [f"kafka-1.team.mycorp.{tld}", f"team.mycorp.{tld}"]
+    assert zones.refusal(names, [f"team.mycorp.{tld}"]) is None
+    assert zones.refusal(names, [f"mycorp.{tld}"]) == (
+        f"domain 'mycorp.{tld}' is outside the cluster's zones "
+        f"(cluster.local, svc, team.mycorp.{tld})"
+    )
+
+
+def test_local_and_single_labels_are_never_domains() -> None:
+    """`local` is multicast DNS's (RFC 6762) and a lone label is a whole TLD: neither is a
+    domain a broker's name (or a user's, but for `--dns-zone`) can give. `cluster.local`
+    stays a zone."""
+    zones = ClusterZones.of(["kafka-0.kafka.myns.svc.cluster.local"])
+    for advertised in ("kafka-0.local.myns.svc", "kafka-0.corp.myns.svc", "corp.myns.svc"):
+        granted = zones.names_of(advertised)
+        assert all("." in s and s != "local" for s in granted.suffixes - {"svc"}), granted
+        assert granted.suffixes <= {"svc", "myns.svc", "local.myns.svc", "corp.myns.svc",
+                                    "svc.cluster.local", "cluster.local"}  # fmt: skip
+    assert "kafka-0.local" in zones.names_of("kafka-0.local.myns.svc").forms  # a name, still
+    assert zones.refusal(["kafka-0.local"], ["local"]) is not None
+    for user_name in ("kafka-0.kafka.myns.svc.local", "kafka-0.kafka.myns.svc.mycluster",
+                      "kafka-0.local", "broker.corp"):  # fmt: skip
+        assert ClusterZones.of([user_name]).zones == {"cluster.local", "svc"}, user_name
+    with pytest.raises(UntrustedName, match=r"'local' is multicast DNS's \(RFC 6762\)"):
+        ClusterZones.of([], ["local"])
+    with pytest.raises(UntrustedName, match=r"'local' is multicast DNS's \(RFC 6762\)"):
+        ClusterZones.of([], cluster_domain="local")
+    assert ClusterZones.of([], ["kafka"]).names_of("kafka-0.kafka").suffixes == {"kafka"}
+
+
+@pytest.mark.parametrize("name", ["kafka.shop.svc.com", "kafka-0.kafka.shop.svc.co.uk"])
+def test_a_kubernetes_name_in_a_public_suffix_is_refused(name: str) -> None:
+    """`kafka.shop.svc.com` is a public name shaped like a Kubernetes one: its "cluster
+    domain" `com` would be a zone. Refused, saying why."""
+    with pytest.raises(UntrustedName, match=r"cluster domain '(com|co\.uk)' is a public suffix"):
+        ClusterZones.of([name])
 
 
 @pytest.mark.parametrize("namespaces", [["shop"], ["x", "com", "shop"], []])

@@ -97,6 +97,9 @@ def test_the_flags_the_check_passes_come_out_parsed() -> None:
         ({"advertise": "a b"}, "--advertise"),
         ({"first_dns_address": "x"}, "--dns-first-address"),
         ({"dns_zones": ["com"]}, "--dns-zone"),
+        ({"dns_zones": ["local"]}, "--dns-zone"),
+        ({"bootstrap": "kafka.shop.svc.com:9092"}, "--bootstrap"),  # `com`: no cluster domain
+        ({"brokers": ["kafka-1.kafka.shop.svc.co.uk:9092"]}, "--broker"),
     ],
 )
 def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(

@@ -65,7 +65,7 @@ from kafkatunnel.dns.resolver import setup as resolver_setup
 from kafkatunnel.dns.resolver import teardown as resolver_teardown
 from kafkatunnel.dns.server import bind_dns
 from kafkatunnel.files import private_dir
-from kafkatunnel.hostnames import ClusterZones
+from kafkatunnel.hostnames import ClusterZones, derived_zone
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
 from kafkatunnel.privileges import (
@@ -401,7 +401,9 @@ def run_up(console: Console, options: UpOptions) -> None:
     given = []  # the names the user gave: their zones are the helper's to resolve
     for address in [*([reach.bootstrap] if reach.bootstrap else []), *reach.brokers]:
         with contextlib.suppress(ValueError):  # a bad one is reported by TunnelConfig
-            given.append(split_address(address)[0])
+            host = split_address(address)[0]
+            derived_zone(host)
+            given.append(host)
     privileges = shed_root(options.dns, given)  # under sudo: from here on, the user
     forwarder = build_forwarder(checked, options)
     tls = read_tls(tls_flags)

@@ -29,6 +29,7 @@ from kafkatunnel.hostnames import (
     UntrustedName,
     check_address,
     check_host,
+    derived_zone,
     is_ip_literal,
 )
 from kafkatunnel.probe import ProbeConnection, split_address
@@ -139,7 +140,8 @@ class TunnelConfig:
         for flag, address in [("--bootstrap", self.bootstrap),
                               *(("--broker", b) for b in self.brokers)]:  # fmt: skip
             try:
-                check_address(*split_address(address))
+                host, _ = check_address(*split_address(address))
+                derived_zone(host)  # refuses a Kubernetes name in a public suffix
             except ValueError as cause:
                 example = "e.g. kafka-0.kafka-headless.shop.svc.cluster.local:9092"
                 raise SettingError(flag, f"{address!r}: expected the advertised HOST:PORT "

@@ -1,4 +1,4 @@
-"""Answering DNS queries: every short form of a broker's name, case and trailing dots,
+"""Answering DNS queries: every form of a broker's name in the zones, case and trailing dots,
 AAAA, NXDOMAIN inside the zone, REFUSED outside, truncation (test_conformance.py: the
 rest of what resolvers expect)."""
 
@@ -9,6 +9,7 @@ from dnslib import EDNS0, QTYPE, RCODE, RR, A, DNSQuestion, DNSRecord
 
 from kafkatunnel.dns import Zone, answer
 from kafkatunnel.dns.answer import _fit, _udp_limit
+from kafkatunnel.hostnames import ClusterZones
 from tests.dns import names_of
 
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
@@ -36,8 +37,6 @@ def ask(zone: Zone, *names: str, qtype: str = "A", udp: bool = True) -> DNSRecor
 @pytest.mark.parametrize(
     "name",
     [
-        "kafka-1.kafka-headless",
-        "kafka-1.kafka-headless.demo",
         "kafka-1.kafka-headless.demo.svc",
         "kafka-1.kafka-headless.demo.svc.cluster.local",
         "kafka-1.kafka-headless.demo.svc.cluster.local.",
@@ -58,10 +57,20 @@ def test_aaaa_is_an_empty_answer(zone: Zone) -> None:
 
 @pytest.mark.parametrize(
     "name", ["kafka-7.kafka-headless.demo.svc.cluster.local", "zookeeper.demo.svc.cluster.local",
-             "other.kafka-headless"],
+             "kafka-7.kafka-headless.demo.svc"],
 )  # fmt: skip
 def test_other_names_inside_the_zone_are_nxdomain(zone: Zone, name: str) -> None:
     assert ask(zone, name).header.rcode == RCODE.NXDOMAIN
+
+
+def test_short_forms_are_names_of_the_hosts_file_not_of_the_shim(zone: Zone) -> None:
+    """`kafka-1.kafka-headless` lies outside the zones: /etc/hosts holds it, but the shim
+    answers for no domain there (the broker picked `kafka-headless`; it could as well have
+    picked `corp`, and every `*.corp` name would be the shim's)."""
+    assert zone.lookup("kafka-1.kafka-headless.demo") == "127.0.0.3"
+    for name in ("kafka-1.kafka-headless", "kafka-1.kafka-headless.demo", "other.kafka-headless",
+                 "kafka-headless", "kafka-headless.demo"):  # fmt: skip
+        assert ask(zone, name).header.rcode == RCODE.REFUSED, name
 
 
 @pytest.mark.parametrize("name", ["example.com", "localhost", "cluster.local.evil.com", "com"])
@@ -104,3 +113,26 @@ def test_strimzi_names() -> None:
                  "my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc.cluster.local",
                  "my-cluster-kafka-0.my-cluster-kafka-brokers"):  # fmt: skip
         assert zone.lookup(name) == "127.0.0.2", name
+
+
+def test_a_broker_at_the_zones_apex_leaves_the_parent_domain_alone() -> None:
+    """Bootstrap `kafka-1.team.mycorp.lan` (zone `team.mycorp.lan`) and a broker advertised
+    as `team.mycorp.lan`: the shim answers inside `team.mycorp.lan` only. `mycorp.lan` and
+    the company's other names there are not its to answer (REFUSED: a resolver asks
+    elsewhere), where NXDOMAIN for `intranet.mycorp.lan` would lose them all."""
+    zones = ClusterZones.of(["kafka-1.team.mycorp.lan"])
+    zone = Zone()
+    zone.add(zones.names_of("kafka-1.team.mycorp.lan"), "127.0.0.2")
+    zone.add(zones.names_of("team.mycorp.lan"), "127.0.0.3")
+    for name in ("intranet.mycorp.lan", "mycorp.lan", "lan"):
+        for qtype in ("A", "SOA"):
+            reply = ask(zone, name, qtype=qtype)
+            said = RCODE[reply.header.rcode]
+            assert said == "REFUSED" and not reply.rr, (name, qtype, said)
+    for name, address in (
+        ("team.mycorp.lan", "127.0.0.3"),
+        ("kafka-1.team.mycorp.lan", "127.0.0.2"),
+    ):
+        assert [str(rr.rdata) for rr in ask(zone, name).rr] == [address], name
+    assert ask(zone, "wiki.team.mycorp.lan").header.rcode == RCODE.NXDOMAIN  # inside the zone
+    assert zone.apexes == {"team.mycorp.lan"}

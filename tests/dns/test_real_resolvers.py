@@ -7,7 +7,8 @@ its resolv.conf points at the resolver, the resolver at the shim, the tunnel run
 transparent mode. Every form of the broker's name resolves before and after negative
 answers in the zone, and a client that knows the broker only by name produces and consumes
 through the tunnel. (With NXDOMAIN for empty non-terminals, as the shim once answered,
-unbound here cannot resolve `kafka-0.kafka-headless.demo.svc` at all.)"""
+unbound here cannot resolve `kafka-0.kafka-headless.demo.svc` at all.) The short forms'
+domains are named as zones (`--dns-zone`): outside the zones they are no domains."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def test_names_resolve_through_a_real_resolver(
         [*laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up",
          "--bootstrap", cluster.tansu.address, "--exec", cluster.exec_template(),
          "--mode", "transparent", "--dns", "--dns-listen", f"{SHIM[0]}:{SHIM[1]}",
-         "--dns-setup", "none", "--no-table"],
+         "--dns-setup", "none", "--no-table",
+         "--dns-zone", "kafka-headless", "--dns-zone", "kafka-headless.demo"],
         name="laptop-tunnel", env=env,
     )  # fmt: skip
     server = None
