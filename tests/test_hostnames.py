@@ -186,6 +186,29 @@ def test_a_kubernetes_name_in_a_public_suffix_is_refused(name: str) -> None:
         ClusterZones.of([name])
 
 
+def test_the_forms_kept_are_inside_the_zones_or_public_nowhere() -> None:
+    """Each condition on a form on its own: inside a zone it resolves even where the public
+    suffix list holds it; outside, only where no public suffix does; never `localhost`."""
+    inside = ClusterZones.of(["b0.kafka.example.com"])  # zone kafka.example.com, under `com`
+    assert inside.names_of("b1.kafka.example.com").forms == {"b1.kafka.example.com"}
+    zones = ClusterZones.of(["kafka-0.kafka.myns.svc"])
+    assert zones.names_of("kafka-0.localhost.myns.svc").forms == {
+        "kafka-0.localhost.myns", "kafka-0.localhost.myns.svc",
+        "kafka-0.localhost.myns.svc.cluster.local",
+    }  # fmt: skip
+    assert "kafka-0.kafka" in zones.names_of("kafka-0.kafka.myns.svc").forms
+
+
+def test_no_domain_is_a_public_suffix_even_inside_a_zone() -> None:
+    """`s3.amazonaws.com` is a public suffix inside the user's zone `amazonaws.com`: a
+    broker under it is found under its own name, and the root helper refuses it as a
+    domain."""
+    zones = ClusterZones.of([], ["amazonaws.com"])
+    assert zones.names_of("b-1.s3.amazonaws.com").suffixes == {"b-1.s3.amazonaws.com"}
+    assert zones.refusal(["b-1.s3.amazonaws.com"], ["s3.amazonaws.com"]) is not None
+    assert zones.refusal(["b-1.s3.amazonaws.com"], ["b-1.s3.amazonaws.com"]) is None
+
+
 @pytest.mark.parametrize("namespaces", [["shop"], ["x", "com", "shop"], []])
 def test_no_public_name_or_domain_comes_from_a_brokers_name(namespaces: list[str]) -> None:
     """Even when the user names the namespaces the hostile names use, no form and no
