@@ -27,7 +27,6 @@ import signal
 import socket
 import stat
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,17 +85,40 @@ def unreadable_installation(user: User) -> str | None:
     The tunnel goes on in this very process as the user, and Python imports lazily: an
     interpreter, standard library or package in a directory the user may not enter (a
     pyenv Python under /root, mode 0700) fails later, at the first import past the drop.
-    Checked here, by the permission bits, for what the drop keeps using."""
+    Checked here, by the permission bits, for what the drop keeps using: the interpreter,
+    every file of this package, and the entries of sys.path that imports so far came from
+    (a library directory Python names but never made, such as a fresh Debian's
+    dist-packages, is not used, and no reason to stop)."""
     groups = set(os.getgrouplist(user.name, user.gid)) if user.name else {user.gid}
     wanted = [(Path(sys.executable), READ | EXECUTE, "the Python interpreter")]
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        wanted.append((Path(sysconfig.get_path(key)), READ | EXECUTE, "Python's libraries"))
-    wanted.append((Path(__file__).parent, READ | EXECUTE, "the kafkatunnel package"))
+    package = Path(__file__).parent
+    for path in [package, *sorted(package.rglob("*"))]:
+        if "__pycache__" not in path.relative_to(package).parts:  # Python rebuilds those
+            need = READ | EXECUTE if path.is_dir() else READ
+            wanted.append((path, need, "the kafkatunnel package"))
+    for entry in _used_path_entries():
+        need = READ | EXECUTE if entry.is_dir() else READ  # a directory, or a zip archive
+        wanted.append((entry, need, "Python's libraries"))
     for path, need, what in wanted:
         blocked = _blocked(path.resolve(), need, user.uid, groups)
         if blocked is not None:
             return f"{user.name} cannot read {what} at {path}: {blocked}"
     return None
+
+
+def _used_path_entries() -> list[Path]:
+    """The entries of sys.path that hold a module this process has imported (the closest
+    entry of each, where one lies inside another): where the imports still to come are
+    found."""
+    entries = [os.path.join(os.path.abspath(entry), "") for entry in sys.path]
+    used: dict[Path, None] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            holders = [e for e in entries if file.startswith(e)]
+            if holders:
+                used[Path(max(holders, key=len))] = None
+    return list(used)
 
 
 READ, EXECUTE = 4, 1

@@ -208,6 +208,33 @@ def test_an_installation_the_user_cannot_read_stops_with_the_path_and_the_fix(
     assert "Traceback" not in output and "kafkatunnel bug" not in output, output
 
 
+def test_a_package_file_the_user_cannot_read_stops_with_its_path(
+    readable_python: list[str], open_tmp: Path
+) -> None:
+    """Every directory open, one module of the package root's alone (0600): Python would
+    import it lazily, as the user, long after the drop. `up` names that file and stops."""
+    nobody = pwd.getpwnam("nobody")
+    copy = open_tmp / "visible"
+    shutil.copytree(ROOT / "kafkatunnel", copy / "kafkatunnel",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    closed = copy / "kafkatunnel" / "verify" / "junit.py"
+    os.chmod(closed, 0o600)
+    sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
+            "SUDO_USER": "nobody", "PYTHONPATH": str(copy)}  # fmt: skip
+    result = subprocess.run(
+        [*readable_python, sys.executable, "-m", "kafkatunnel", "up", "--bootstrap",
+         "kafka-0.kafka-headless.demo.svc.cluster.local:9092", "--via", "direct", "--map",
+         "kafka-0.kafka-headless.demo.svc.cluster.local:9092=127.0.0.1:1", "--dns",
+         "--dns-listen", "127.0.0.1:5353", "--no-table"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **sudo}, cwd=open_tmp,
+    )  # fmt: skip
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, output
+    assert f"nobody cannot read the kafkatunnel package at {closed}" in output, output
+    assert f"{closed} is -rw-------, owned by root" in output, output
+    assert "Traceback" not in output, output
+
+
 def _cmd(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
