@@ -179,6 +179,26 @@ def open_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _sudo_up_in_a_laptop(
+    readable_python: list[str], sudo: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """`up --dns` under played sudo, in a laptop namespace of its own: should it go on past
+    the check it is meant to stop at, its resolver set-up lands in the laptop's bind-mounted
+    /etc/hosts (checked unchanged), never in the machine's."""
+    with NetworkNamespace(hosts={"laptop.local": "127.0.1.1"}) as laptop:
+        hosts_file = Path("/etc/netns") / laptop.name / "hosts"
+        before = hosts_file.read_bytes()
+        result = subprocess.run(
+            [*readable_python, *laptop.exec_prefix(), sys.executable, "-m", "kafkatunnel", "up",
+             "--bootstrap", "kafka-0.kafka-headless.demo.svc.cluster.local:9092", "--via",
+             "direct", "--map", "kafka-0.kafka-headless.demo.svc.cluster.local:9092=127.0.0.1:1",
+             "--dns", "--dns-listen", "127.0.0.1:5353", "--dns-setup", "hosts", "--no-table"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, **sudo}, cwd=cwd,
+        )  # fmt: skip
+        assert hosts_file.read_bytes() == before, result.stdout + result.stderr
+    return result
+
+
 def test_an_installation_the_user_cannot_read_stops_with_the_path_and_the_fix(
     readable_python: list[str], open_tmp: Path
 ) -> None:
@@ -190,13 +210,7 @@ def test_an_installation_the_user_cannot_read_stops_with_the_path_and_the_fix(
     os.chmod(hidden, 0o700)
     sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
             "SUDO_USER": "nobody", "PYTHONPATH": str(hidden)}  # fmt: skip
-    result = subprocess.run(
-        [*readable_python, sys.executable, "-m", "kafkatunnel", "up", "--bootstrap",
-         "kafka-0.kafka-headless.demo.svc.cluster.local:9092", "--via", "direct", "--map",
-         "kafka-0.kafka-headless.demo.svc.cluster.local:9092=127.0.0.1:1", "--dns",
-         "--dns-listen", "127.0.0.1:5353", "--no-table"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **sudo}, cwd=open_tmp,
-    )  # fmt: skip
+    result = _sudo_up_in_a_laptop(readable_python, sudo, open_tmp)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
     assert (
@@ -221,13 +235,7 @@ def test_a_package_file_the_user_cannot_read_stops_with_its_path(
     os.chmod(closed, 0o600)
     sudo = {"SUDO_UID": str(nobody.pw_uid), "SUDO_GID": str(nobody.pw_gid),
             "SUDO_USER": "nobody", "PYTHONPATH": str(copy)}  # fmt: skip
-    result = subprocess.run(
-        [*readable_python, sys.executable, "-m", "kafkatunnel", "up", "--bootstrap",
-         "kafka-0.kafka-headless.demo.svc.cluster.local:9092", "--via", "direct", "--map",
-         "kafka-0.kafka-headless.demo.svc.cluster.local:9092=127.0.0.1:1", "--dns",
-         "--dns-listen", "127.0.0.1:5353", "--no-table"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **sudo}, cwd=open_tmp,
-    )  # fmt: skip
+    result = _sudo_up_in_a_laptop(readable_python, sudo, open_tmp)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode == 2, output
     assert f"nobody cannot read the kafkatunnel package at {closed}" in output, output
