@@ -20,7 +20,12 @@ from typing import NamedTuple, Protocol, TypeVar
 from kafkatunnel.protocol.answers import RewrittenAnswers
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
-from kafkatunnel.protocol.errors import FrameSizeError, MalformedMessage, TruncatedFrame
+from kafkatunnel.protocol.errors import (
+    FrameSizeError,
+    MalformedMessage,
+    ProtocolError,
+    TruncatedFrame,
+)
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
 from kafkatunnel.protocol.headers import (
     API_VERSIONS,
@@ -187,18 +192,22 @@ class _Splitter:
         out: list[Chunk] = []
         if stop is None:
             return Fed(out)
-        if stop.tail:
-            self._tail_read(stop.held, out)
-        else:
-            self._whole_frame(stop.held, out)
-        if self._stop is not None:
-            raise RuntimeError(f"resumed before learning the brokers: {self._stop.brokers}")
-        unfed, self._unfed = self._unfed, []
-        for index, data in enumerate(unfed):
-            self._feed(memoryview(data), out)
+        try:
+            if stop.tail:
+                self._tail_read(stop.held, out)
+            else:
+                self._whole_frame(stop.held, out)
             if self._stop is not None:
-                self._unfed.extend(unfed[index + 1 :])
-                break
+                raise RuntimeError(f"resumed before learning the brokers: {self._stop.brokers}")
+            unfed, self._unfed = self._unfed, []
+            for index, data in enumerate(unfed):
+                self._feed(memoryview(data), out)
+                if self._stop is not None:
+                    self._unfed.extend(unfed[index + 1 :])
+                    break
+        except ProtocolError as error:
+            error.passed = self._fed(out)
+            raise
         return self._fed(out)
 
     def observe(self) -> None:
@@ -227,9 +236,10 @@ class _Splitter:
         out: list[Chunk] = []
         if self._stop is not None:
             self._unfed.append(data)
-        else:
-            view = memoryview(data)
-            end = len(view)
+            return self._fed(out)
+        view = memoryview(data)
+        end = len(view)
+        try:
             if self._size < 0 and not self._held and not self._pass_on and self._walk is None:
                 pos = self._whole_frames(view, end, out)  # between frames: most reads
                 if pos == end and self._stop is None and not self._passed:
@@ -237,6 +247,9 @@ class _Splitter:
             else:
                 pos = 0
             self._feed(view, out, pos)
+        except ProtocolError as error:  # what came whole before the bad bytes still goes
+            error.passed = self._fed(out)
+            raise
         return self._fed(out)
 
     def _fed(self, out: list[Chunk]) -> Fed:
@@ -333,7 +346,12 @@ class _Splitter:
                 break  # the general path reads on, or names the wrong size
             head_end = stop if size <= head_size else start + head_size
             head = bytes(view[pos:head_end])
-            decision = self.on_head(head, head_end == stop)
+            try:
+                decision = self.on_head(head, head_end == stop)
+            except ProtocolError:
+                if pos:  # the frames before it passed
+                    out.append(view[:pos])
+                raise
             if decision is not Head.PASS:  # from here the general path goes on
                 if pos:
                     out.append(view[:pos])
@@ -689,6 +707,13 @@ class Exchange:
     def waiting(self) -> int:
         return len(self.tracker)
 
+    @property
+    def answered(self) -> bool:
+        """Every request that expects an answer has had it, whole: nothing of one is held,
+        walked, or still passing."""
+        responses = self._responses
+        return not self.tracker and not responses.mid_frame and responses._stop is None
+
     def observe_request(self, header: RequestHeader, wanted: bool) -> None:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
@@ -741,7 +766,8 @@ class Exchange:
 class Direction(Protocol):
     """One direction of a connection as the I/O layer drives it: bytes in, what passes on
     (and brokers to learn before it goes on, then resume), how many of the coming bytes
-    need not be read at all (skip them once moved), how many a frame held whole awaits."""
+    need not be read at all (skip them once moved), how many a frame held whole awaits.
+    Bad bytes raise ProtocolError, whose `passed` is what passed on before them."""
 
     def feed(self, data: Chunk) -> Fed: ...
     @property

@@ -198,9 +198,17 @@ class Pump:
                 fed = self.direction.resume()
                 self._pass_on(fed)
         except ProtocolError as error:
-            self._source_ended(error)
+            self._broken(error)
             return False
         return True
+
+    def _broken(self, error: ProtocolError) -> None:
+        """The source's bytes broke the protocol: what passed before them (whole frames
+        ahead of the bad one) is still written, then the owner hears of the error."""
+        if error.passed is not None:
+            self._pass_on(error.passed)
+        self._source_ended(error)
+        self._flush()
 
     def _pass_on(self, fed: Fed) -> None:
         if self.on_chunks is not None:
@@ -218,12 +226,16 @@ class Pump:
         if not moved:
             self._source_ended(None)
             return False
-        frames = self.direction.skip(moved)
-        if frames and self.on_frames is not None:
-            self.on_frames(frames)
         self._in_pipe = moved
         self.spliced += moved
         self.on_bytes(moved)
+        try:  # the frame's end may come with the records: its walk ends, and may fail
+            frames = self.direction.skip(moved)
+        except ProtocolError as error:
+            self._broken(error)
+            return False
+        if frames and self.on_frames is not None:
+            self.on_frames(frames)
         return True
 
     def _source_ended(self, cause: BaseException | None) -> None:

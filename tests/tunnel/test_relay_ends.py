@@ -1,0 +1,173 @@
+"""How one direction of the relay ends when its source breaks the protocol: what came whole
+before the bad bytes is still written, then the owner hears why. Pumps over socketpairs, on
+both event loops, spliced and copied, with a real Exchange and the registry's learning."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from kafkatunnel.protocol import Exchange, FramePassed, ProtocolError, frame, rewrite_caps
+from kafkatunnel.tunnel.relay import ZERO_COPY, ConnectionBug, Pump
+from kafkatunnel.tunnel.streams import PlainStream
+from tests.kio_messages import fetch_request, response_frame
+from tests.protocol.test_streaming import FETCH, _answer_with_endpoint, _records_start
+from tests.tunnel.test_learning import Learner, ask, metadata_answer
+
+T = TypeVar("T")
+# Bad bytes after a whole answer: a frame of negative size, or an answer to no request.
+BROKEN = {
+    "negative-size": b"\xff\xff\xff\xff" + b"not Kafka",
+    "unasked": frame((99).to_bytes(4, "big") + bytes(8)),
+}
+KNOWN = {0: "kafka-0.kafka"}  # brokers the first answer names (learned before, or not)
+
+LOOPS = pytest.mark.parametrize("uvloop", [False, True], ids=["asyncio", "uvloop"])
+COPIES = pytest.mark.parametrize(
+    "zero_copy",
+    [pytest.param(True, marks=pytest.mark.skipif(not ZERO_COPY, reason="Linux")), False],
+    ids=["splice", "copy"],
+)
+
+
+def run(main: Coroutine[Any, Any, T], uvloop: bool) -> T:
+    if uvloop:
+        import uvloop as uv
+
+        return uv.run(main)
+    return asyncio.run(main)
+
+
+async def through_pump(
+    exchange: Exchange,
+    data: bytes,
+    zero_copy: bool,
+    learn: Callable[[Any], object] | None = None,
+    frames: list[FramePassed] | None = None,
+) -> tuple[bytes, BaseException | None]:
+    """Write `data` at once into an answers' Pump's source; what its sink got once the Pump
+    ended, and why it ended."""
+    source, feeding = socket.socketpair()
+    sink, received = socket.socketpair()
+    source.setblocking(False)
+    sink.setblocking(False)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[BaseException | None] = loop.create_future()
+
+    def end(cause: BaseException | None) -> None:
+        if not ended.done():
+            ended.set_result(cause)
+
+    observe: Callable[[Sequence[FramePassed]], None] | None = None
+    if frames is not None:
+        observe = frames.extend
+    pump = Pump(
+        PlainStream(source.fileno(), source.fileno()),
+        PlainStream(sink.fileno(), sink.fileno()),
+        exchange.responses,
+        zero_copy=zero_copy,
+        on_bytes=lambda _: None,
+        on_source_end=end,
+        on_sink_error=end,
+        on_frames=observe,
+        learn=learn,
+    )
+    try:
+        feeding.sendall(data)  # one write: the Pump reads it in one read
+        pump.start()
+        cause = await asyncio.wait_for(ended, 10)
+        await asyncio.wait_for(pump.drained(), 10)
+    finally:
+        pump.close()
+        sink.close()
+        source.close()
+        feeding.close()
+    received.settimeout(10)
+    got = b""
+    while chunk := received.recv(1 << 16):
+        got += chunk
+    received.close()
+    return got, cause
+
+
+def rewritten(answer: bytes, correlation_id: int) -> bytes:
+    """The answer as the client must get it (a fresh Exchange and registry of its own)."""
+    learner = Learner()
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    exchange.requests.feed(ask(correlation_id))
+    fed = exchange.responses.feed(answer)
+    chunks = list(fed.out)
+    while fed.unknown_brokers:
+        learner.learn(fed.unknown_brokers)
+        fed = exchange.responses.resume()
+        chunks += fed.out
+    return b"".join(chunks)
+
+
+@LOOPS
+@COPIES
+@pytest.mark.parametrize("learned", [True, False], ids=["known-brokers", "new-brokers"])
+@pytest.mark.parametrize("observed", [False, True], ids=["plain", "recorded"])
+@pytest.mark.parametrize("broken", BROKEN)
+def test_a_whole_answer_ahead_of_a_broken_one_is_delivered_then_the_pump_ends(
+    uvloop: bool, zero_copy: bool, learned: bool, observed: bool, broken: str
+) -> None:
+    """The answer and the bad bytes arrive in one read: the answer (rewritten; its brokers
+    learned first when new) reaches the client, a recording sees it pass, and the Pump
+    ends saying the protocol broke."""
+    answer = metadata_answer(1, KNOWN)
+    learner = Learner()
+    if learned:
+        learner.learn(tuple(_named(answer)))
+    exchange = Exchange(learner.registry.map, rewrite_caps())
+    if observed:
+        exchange.observe()
+    exchange.requests.feed(ask(1))
+    exchange.requests.feed(ask(2))  # the broken bytes stand where its answer would
+    frames: list[FramePassed] | None = [] if observed else None
+
+    got, cause = run(
+        through_pump(exchange, answer + BROKEN[broken], zero_copy, learner.learn, frames), uvloop
+    )
+
+    assert isinstance(cause, ProtocolError), cause
+    assert got == rewritten(answer, 1)
+    assert b"kafka-0.kafka" not in got
+    if frames is not None:
+        assert len(frames) == 1 and b"".join(map(bytes, frames[0].parts)) == got
+
+
+def _named(answer: bytes) -> list[Any]:
+    from kafkatunnel.protocol import addresses_in
+
+    return list(addresses_in(answer, 3, 12))
+
+
+@LOOPS
+@COPIES
+def test_records_that_end_a_frame_its_walk_needs_more_of_are_bad_input_not_a_bug(
+    uvloop: bool, zero_copy: bool
+) -> None:
+    """A Fetch answer that names brokers is walked to its tagged fields; one whose frame
+    ends with its records is the broker's bad answer (the Pump says so, like any other),
+    whether the records were spliced or read, and what passed before is delivered."""
+    whole = response_frame(FETCH, 16, _encode_answer(64 << 10), 7)
+    end = _records_start(whole) + (64 << 10)  # just past the records
+    cut = frame(whole[4:end])
+    exchange = Exchange(lambda address: ("127.0.0.1", 19093), rewrite_caps())
+    exchange.requests.feed(fetch_request(16, 7))
+
+    got, cause = run(through_pump(exchange, cut, zero_copy), uvloop)
+
+    assert isinstance(cause, ProtocolError) and not isinstance(cause, ConnectionBug), cause
+    assert got == (cut if zero_copy else cut[: len(got)])  # spliced: all of it had passed
+
+
+def _encode_answer(records: int) -> bytes:
+    from tests.kio_messages import encode
+
+    return encode(_answer_with_endpoint("kafka-0.kafka-headless.ns.svc.cluster.local", records))
