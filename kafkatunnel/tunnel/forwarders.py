@@ -58,6 +58,11 @@ class Upstream(ABC):
     def close(self) -> None:
         """End the stream (readers of read_fd then see its end); safe while it is watched."""
 
+    def end(self) -> None:
+        """End the stream once nothing watches it, letting the far end take what was written
+        (a connection's end: its last request still goes). By default, as close does."""
+        self.close()
+
     @abstractmethod
     def release(self) -> None:
         """Close the descriptors, once nothing watches them any more."""
@@ -259,6 +264,8 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
         self.stderr = bytearray()
         self._exited = asyncio.Event()
         self._released = False
+        self._stdin_ended = False  # write_fd is closed (see end)
+        self._kill: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.SubprocessTransport, transport)
@@ -269,6 +276,8 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
 
     def process_exited(self) -> None:
         self._exited.set()
+        if self._kill is not None:
+            self._kill.cancel()
         if self.on_gone is not None:  # its stdout may live on in a child it left behind
             self.on_gone()
         if self.transport is not None:
@@ -295,14 +304,27 @@ class _ExecUpstream(asyncio.SubprocessProtocol, Upstream):
             with contextlib.suppress(ProcessLookupError):
                 self.transport.kill()
 
+    def end(self) -> None:
+        """Let the command take all it was sent before it goes: killed at once, it would
+        take the bytes still in its stdin pipe along (a client's last request). Its stdin
+        ends instead, so it reads to the end and goes as a pipeline's command does; it is
+        killed if it has not gone within ENDING."""
+        if not self._stdin_ended:
+            self._stdin_ended = True
+            os.close(self.write_fd)
+        if self.transport is not None and not self._exited.is_set() and self._kill is None:
+            self._kill = asyncio.get_running_loop().call_later(ENDING, self.close)
+
     def release(self) -> None:
         if not self._released:
             self._released = True
             os.close(self.read_fd)
-            os.close(self.write_fd)
+            if not self._stdin_ended:
+                os.close(self.write_fd)
 
 
 EXIT_STATUS_WAIT = 2.0  # after its stdout ended, how long to wait for a process's status
+ENDING = 2.0  # how long an ended command may take to pass on what it was sent, and go
 
 
 class ExecForwarder(Forwarder):

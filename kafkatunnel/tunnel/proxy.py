@@ -23,6 +23,10 @@ from kafkatunnel.tunnel.tls import TlsUpstream, accept_tls
 log = logging.getLogger("kafkatunnel.proxy")
 Address = tuple[str, int]
 LINGER = 5.0  # seconds a closing connection may take to deliver what it already read
+# Seconds a client that ended its sending (shutdown(SHUT_WR), as `nc -N` does, or a close:
+# the tunnel cannot tell them apart) may wait for the answers to what it sent: as long as
+# a Kafka client waits for an answer by default (request.timeout.ms).
+HALF_CLOSED = 30.0
 # Seconds a new connection may wait for the broker's first byte after the client's first:
 # every client opens with ApiVersions (or a TLS hello), answered at once by a live broker.
 # A silent one (or an upstream closed before any byte) makes the forwarder check its forward,
@@ -62,6 +66,8 @@ class ClientConnection:
         self._ending = False  # the upstream ended; asking it why
         self._heard = False  # the broker sent its first byte
         self._first_answer: asyncio.TimerHandle | None = None  # the deadline for it
+        self._half_closed: asyncio.TimerHandle | None = None  # the client ended its sending
+        self._answers_check: asyncio.Handle | None = None  # were those the last answers?
         self._done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -159,6 +165,9 @@ class ClientConnection:
             self._heard = True
             if self._first_answer is not None:
                 self._first_answer.cancel()
+        if self._half_closed is not None and self._answers_check is None:
+            # once these bytes have passed through the Exchange (after this read)
+            self._answers_check = asyncio.get_running_loop().call_soon(self._end_if_answered)
 
     def _suspect(self, signal: str) -> None:
         """This connection looks as if its forward were dead: let the forwarder check."""
@@ -171,8 +180,34 @@ class ClientConnection:
             self.fail(f"client {self.peer}: {cause}")
         elif isinstance(cause, ProtocolError):
             self.fail(f"client {self.peer} sent invalid Kafka protocol: {cause}")
+        elif cause is None:
+            self._client_done()
         else:
-            self.close()  # it closed or reset its connection: its own business
+            self.close()  # it reset its connection: its own business
+
+    def _client_done(self) -> None:
+        """The client ended its sending: perhaps only that (shutdown(SHUT_WR), then it reads
+        the answers, as `nc -N` and scripts do), perhaps all (a close looks the same). What
+        it sent still goes to the broker, and the answers to it come back: the connection
+        ends once the last is read, the broker ends it, writing to the client fails, or
+        HALF_CLOSED passes. In transparent mode the bytes are opaque: it ends now."""
+        if self._closed:
+            return
+        if not isinstance(self.exchange, Exchange) or self.exchange.answered:
+            self.close()
+            return
+        loop = asyncio.get_running_loop()
+        self._half_closed = loop.call_later(HALF_CLOSED, self._answers_late)
+
+    def _end_if_answered(self) -> None:
+        self._answers_check = None
+        if isinstance(self.exchange, Exchange) and self.exchange.answered:
+            self.close()
+
+    def _answers_late(self) -> None:
+        log.debug("%s: client %s ended its sending; its answers did not come within %gs",
+                  self.endpoint.local, self.peer, HALF_CLOSED)  # fmt: skip
+        self.close()
 
     def _broker_ended(self, cause: BaseException | None) -> None:
         if isinstance(cause, ConnectionBug):
@@ -232,6 +267,9 @@ class ClientConnection:
             return
         self._closed = True
         self.endpoint.connections -= 1
+        for handle in (self._half_closed, self._answers_check):
+            if handle is not None:
+                handle.cancel()
         if self.recording is not None:
             self.recording.closed()
         for pump in self.pumps:
@@ -254,7 +292,7 @@ class ClientConnection:
         if self.sock is not None:
             self.sock.close()
         if self.upstream is not None:
-            self.upstream.close()
+            self.upstream.end()  # what was written to it still goes on
             self.upstream.release()
         self._done.set()
         self.on_close(self)

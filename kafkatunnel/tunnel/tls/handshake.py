@@ -48,6 +48,11 @@ class TlsUpstream(Upstream):
             self.tls_stream.close_notify()
         self.inner.close()
 
+    def end(self) -> None:
+        if not self._released:
+            self.tls_stream.close_notify()
+        self.inner.end()
+
     def release(self) -> None:
         if self._released:
             return
