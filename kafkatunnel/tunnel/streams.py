@@ -48,7 +48,9 @@ class ByteStream(ABC):
         self._read_wait: Wait = (read_fd, False)  # what the reader waits for, unless told
         self._write_wait: Wait = (write_fd, True)  # what the writer (and the stream) wait for
         self._reader_waits = self._read_wait
-        self._writer_waits = self._own_waits = self._write_wait
+        self._own_waits = self._write_wait
+        # None: the writer waits for the reader's next read (see _writer_waits_for_reader)
+        self._writer_waits: Wait | None = self._write_wait
         self._registered: dict[Wait, Wake] = {}
         self._dispatchers: dict[Wait, Wake] = {}
         self._soon: asyncio.Handle | None = None
@@ -97,6 +99,22 @@ class ByteStream(ABC):
         self._writer_waits = wait
         self._update()
 
+    def _writer_waits_for_reader(self) -> None:
+        """The writer's next write waits until the reader has read: a TLS write that needs
+        the far end's bytes (a renegotiation's) must not take them itself, nor poll for
+        them while the reader is paused. Application data may come first, which only a
+        read takes (OpenSSL fails a write that meets it). Bytes the stream holds wake the
+        reader now; a paused reader reads once it watches again."""
+        self._writer_waits = None
+        self._update()
+        if self.held():
+            self._wake_reader_soon()
+
+    def _read_done(self) -> None:
+        """The reader has read: a writer that waited for it writes again."""
+        self._writer_waits = self._write_wait
+        self._update()
+
     def _own_wait(self, wake: Wake | None) -> None:
         """The stream itself waits for room on its write descriptor (None: no more)."""
         self._own = wake
@@ -117,12 +135,13 @@ class ByteStream(ABC):
         descriptor's readiness directly (the usual case: no call between the loop and the
         Pump), others through _ready, which wakes whoever waited."""
         wanted: dict[Wait, Wake] = {}
-        for wake, wait, own in (
+        waits: tuple[tuple[Wake | None, Wait | None, Wait], ...] = (
             (self._reader, self._reader_waits, self._read_wait),
             (self._writer, self._writer_waits, self._write_wait),
             (self._own, self._own_waits, self._write_wait),
-        ):
-            if wake is not None:
+        )
+        for wake, wait, own in waits:
+            if wake is not None and wait is not None:
                 shared = wait in wanted or wait != own
                 wanted[wait] = self._dispatcher(wait) if shared else wake
         registered = self._registered

@@ -9,8 +9,12 @@
   stream moves ciphertext between them and the pipes.
 
 Both directions of a connection share one TLS session: a read may have to wait until the
-stream can be written (a TLS 1.3 KeyUpdate's answer) and a write until it can be read; the
-stream says so (ByteStream._reader_waits_for), and the event loop, not a timer, wakes it.
+stream can be written (a TLS 1.3 KeyUpdate's answer) and a write until the far end's bytes
+are read (a TLS 1.2 renegotiation); the stream says so (ByteStream._reader_waits_for), and
+the event loop, not a timer, wakes it. OpenSSL on a socket reads them in the write itself,
+once the socket is readable; over memory BIOs the write waits for the reader's next read,
+which takes application data and handshake alike (rather than polling a descriptor nobody
+reads while the reading Pump is paused).
 OpenSSL may hold decrypted bytes after a read that filled its buffer, which no descriptor
 will signal: the stream wakes its reader for them itself.
 """
@@ -96,7 +100,7 @@ class SocketTlsStream(ByteStream):
         except ssl.SSLWantWriteError:
             self._writer_waits_for((self.write_fd, True))
             return False
-        except ssl.SSLWantReadError:  # a renegotiation, which Kafka brokers refuse
+        except ssl.SSLWantReadError:  # a renegotiation: OpenSSL reads it on the next try
             self._writer_waits_for((self.read_fd, False))
             return False
         return True
@@ -154,6 +158,8 @@ class BioTlsStream(ByteStream):
                 filled += len(part)
         finally:
             self._send_own()  # a KeyUpdate's answer, an alert
+            if self._writer_waits is None:  # a write waited for this read
+                self._read_done()
         if parts:
             if filled == size and self.held():
                 self._wake_reader_soon()
@@ -180,7 +186,7 @@ class BioTlsStream(ByteStream):
             try:
                 consume(out, self.tls.write(out[0]))
             except ssl.SSLWantReadError:  # a renegotiation: the reader takes its bytes in
-                self._writer_waits_for((self.read_fd, False))
+                self._writer_waits_for_reader()
                 return False
             self._unsent += self.outgoing.read()
             if not self._send_unsent():
