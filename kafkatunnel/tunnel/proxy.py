@@ -288,6 +288,7 @@ class ClientConnection:
         for pump in self.pumps:
             pump.close()
         if self.client_tls_session is not None:
+            self.client_tls_session.close()  # close_notify: the client sees a clean end
             self.client_tls_session.release()
         if self.sock is not None:
             self.sock.close()

@@ -2,15 +2,18 @@
 event loops, spliced and copied: a client that ends its sending (shutdown(SHUT_WR), as
 `nc -N` does) still gets the answers to what it sent, and then the end; one whose answers
 do not come is let go after HALF_CLOSED; a client's whole request ahead of its garbage
-still reaches the broker; a closing client's last requests still reach the broker."""
+still reaches the broker; a closing client's last requests still reach the broker; a
+client of --client-tls gets close_notify at the end."""
 
 from __future__ import annotations
 
 import datetime
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -28,6 +31,7 @@ from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel import proxy as proxy_module
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.relay import ZERO_COPY
+from kafkatunnel.tunnel.tls import listener_tls
 from kafkatunnel.waiting import wait_for
 from tests.kio_messages import request_frame
 from tests.tunnel.test_learning import ask
@@ -197,3 +201,37 @@ def test_a_closing_clients_last_requests_reach_the_broker(
 
 LAST_WORDS = 5
 SLOW_FORWARD = 0.3  # seconds the slow forward takes before it reads its stdin
+
+
+@LOOPS
+def test_a_client_of_client_tls_gets_close_notify_at_the_end(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uvloop: bool
+) -> None:
+    """The tunnel ends a --client-tls client's connection (here for its garbage) with
+    close_notify: the client sees a clean end, not a truncation (an EOF that TLS calls an
+    attack)."""
+    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(tmp_path / "state"))
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False,
+        client_tls=listener_tls("127.0.0.1"),
+    )  # fmt: skip
+    forwarder = ExecForwarder(cluster.exec_template())
+    with BackgroundTunnel(config, forwarder, uvloop=uvloop) as tunnel:
+        context = ssl.create_default_context(cafile=tunnel.status()["client_tls"]["ca"])
+        host, port = split_address(tunnel.bootstrap_servers)
+        with (
+            socket.create_connection((host, port), timeout=10) as plain,
+            context.wrap_socket(plain, server_hostname=host, suppress_ragged_eofs=False) as sock,
+        ):
+            sock.sendall(api_versions(1))
+            assert answers_until_answered(sock) == [1]
+            sock.sendall(b"\x00\x00\x00\x06\xff\xff\x00\x00\x00\x01")
+            assert sock.recv(1 << 16) == b""  # close_notify (SSLEOFError without one)
+
+
+def answers_until_answered(sock: socket.socket) -> list[int]:
+    """The correlation id of the first answer, read whole."""
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    while not (frames := decoder.feed(sock.recv(1 << 16))):
+        pass
+    return [int.from_bytes(f[4:8], "big") for f in frames]
