@@ -1,6 +1,7 @@
 """The house's layering holds (docs/architecture.md): every import, at module level or
-inside a function, runs from a higher layer down to a lower one, and no modules import
-each other in a circle. Imports are read from the code with ast, not from a list."""
+inside a function, absolute or relative, runs from a higher layer down to a lower one, and
+no modules import each other in a circle. Imports are read from the code with ast, not
+from a list."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def imported_from(node: ast.ImportFrom, importer: Path) -> str:
+    """The absolute name of the module a `from ... import` reads, relative (`from ..tunnel
+    import x` in kafkatunnel/cli/main.py: kafkatunnel.tunnel) or not."""
+    if node.level == 0:
+        return node.module or ""
+    package = module_name(importer).split(".")
+    if importer.name != "__init__.py":  # a module's own package holds it
+        package = package[:-1]
+    base = package[: max(len(package) - (node.level - 1), 0)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 def part_of(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
@@ -41,8 +54,8 @@ def imports() -> dict[str, set[str]]:
     for name, path in modules.items():
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                base = node.module
+            if isinstance(node, ast.ImportFrom):
+                base = imported_from(node, path)
                 for alias in node.names:  # `from pkg import module` names a module
                     target = f"{base}.{alias.name}"
                     found.add(target if target in modules else base)
@@ -130,10 +143,11 @@ def test_callers_of_the_protocol_package_import_only_its_public_names() -> None:
                     for a in node.names
                     if a.name.startswith("kafkatunnel.protocol.")
                 ]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                if node.module.startswith("kafkatunnel.protocol."):
-                    wrong.append(f"{where}: from {node.module} import ...")
-                elif node.module == "kafkatunnel.protocol":
+            elif isinstance(node, ast.ImportFrom):
+                module = imported_from(node, path)
+                if module.startswith("kafkatunnel.protocol."):
+                    wrong.append(f"{where}: from {module} import ...")
+                elif module == "kafkatunnel.protocol":
                     wrong += [
                         f"{where}: {a.name} is not in kafkatunnel.protocol.__all__"
                         for a in node.names
