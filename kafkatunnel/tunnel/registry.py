@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kafkatunnel.hostnames import UntrustedName, check_address
-from kafkatunnel.protocol import BrokerAddress, UnknownBroker
+from kafkatunnel.protocol import BrokerAddress, ProtocolError, UnknownBroker, api_title
 
 log = logging.getLogger("kafkatunnel.registry")
 # A cluster with more brokers than this is rare; an answer naming more is more likely a
@@ -69,6 +69,19 @@ class Tally:
     def copy(self) -> Tally:
         return Tally(self.rewrites, self.spliced, dict(self.errors), dict(self.requests))
 
+    def by_api(self) -> dict[str, int]:
+        """Requests per API by the name Kafka gives it (Fetch, ShareFetch...), in key order:
+        what status and the metrics show."""
+        return {api_label(key): count for key, count in sorted(self.requests.items())}
+
+
+def api_label(api_key: int) -> str:
+    """An API's name, or its key when this tunnel does not know it."""
+    try:
+        return api_title(api_key)
+    except ProtocolError:
+        return str(api_key)
+
 
 @dataclass
 class Endpoint:
@@ -119,6 +132,7 @@ class Endpoint:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "requests": 0 if tally is None else sum(tally.requests.values()),
+            "api_requests": {} if tally is None else tally.by_api(),
             "errors": self.errors,
             "last_error": self.last_error,
             "dns_address": self.dns_address,

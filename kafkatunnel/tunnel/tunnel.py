@@ -42,7 +42,6 @@ from kafkatunnel.protocol import (
     PassThrough,
     ProtocolError,
     RewrittenAnswers,
-    api_title,
     rewrite_caps,
 )
 from kafkatunnel.ratelimit import RateLimitedLog
@@ -740,8 +739,7 @@ class Tunnel:
         )
         lines.append("# TYPE kafkatunnel_api_requests_total counter")
         for e in endpoints:
-            for key, count in sorted(tallies[id(e)].requests.items()):
-                api = _api_title(key)
+            for api, count in tallies[id(e)].by_api().items():
                 lines.append(f'kafkatunnel_api_requests_total{{{_labels(e)},api="{api}"}} {count}')
         lines.append("# TYPE kafkatunnel_rewrites_total counter")
         lines.extend(
@@ -785,13 +783,6 @@ def _service_labels(endpoint: Endpoint) -> str:
 def _labels(endpoint: Endpoint) -> str:
     node = "bootstrap" if endpoint.node_id is None else str(endpoint.node_id)
     return f'node="{node}",tunnel="{endpoint.local}"'
-
-
-def _api_title(api_key: int) -> str:
-    try:
-        return api_title(api_key)
-    except ProtocolError:
-        return str(api_key)
 
 
 def _node(endpoint: Endpoint) -> int:

@@ -133,8 +133,11 @@ def test_requests_are_counted_across_connections(
     from kafkatunnel.probe import ProbeConnection
 
     tunnel = make_tunnel()
-    before = tunnel.status()["endpoints"][0]["requests"]
+    before = tunnel.status()["endpoints"][0]
     for _ in range(2):  # two connections, one Metadata request each
         with ProbeConnection(tunnel.bootstrap_servers) as probe:
             probe.brokers()
-    assert tunnel.status()["endpoints"][0]["requests"] == before + 2
+    after = tunnel.status()["endpoints"][0]
+    assert after["requests"] == before["requests"] + 2
+    metadata = before["api_requests"].get("Metadata", 0) + 2
+    assert after["api_requests"] == {**before["api_requests"], "Metadata": metadata}
