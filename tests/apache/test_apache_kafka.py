@@ -6,6 +6,7 @@ started once for this package's tests (the `apache_kafka` fixture) and shared.""
 from __future__ import annotations
 
 import re
+import struct
 import subprocess
 import sys
 import threading
@@ -17,7 +18,10 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
 
+from kafkatunnel.capture.packets import ACK, SYN, Capture
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import (
     HEAP,
@@ -133,7 +137,8 @@ def test_scram_over_tls_logs_in_through_the_tunnel_and_a_wrong_password_fails_as
     """SCRAM-SHA-512 over TLS, Strimzi's `scram-sha-512` listener: the tunnel speaks TLS to
     the brokers (verifying their advertised names), the client SASL in plaintext to the
     tunnel. alice logs in and consumes; a wrong password gets Kafka's own message; the
-    recording holds neither the password nor the SCRAM exchange."""
+    recording holds the SCRAM connections, but neither the password nor the SCRAM
+    exchange."""
     recordings = tmp_path / "recordings"
     scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
              "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
@@ -148,9 +153,80 @@ def test_scram_over_tls_logs_in_through_the_tunnel_and_a_wrong_password_fails_as
     assert "Authentication failed during authentication due to invalid credentials with " \
         "SASL mechanism SCRAM-SHA-512" in said, said  # fmt: skip
     recorded = b"".join(path.read_bytes() for path in recordings.iterdir())
-    assert recorded, "nothing was recorded"
     for secret in (SCRAM_PASSWORD.encode(), b"not-the-password", b"n=alice,r=", b"c=biws"):
         assert secret not in recorded, secret
+    # The SASL connections were recorded, redacted, not dropped: read back with Kafka's
+    # own schemas (kio), one logs in with SCRAM-SHA-512 and produces to the topic, and no
+    # SaslAuthenticate either way keeps its bytes (the SCRAM messages and proofs).
+    connections = recorded_messages(recordings)
+    logged_in = [
+        messages for messages in connections.values()
+        if any(m.__api_key__ == SASL_HANDSHAKE and m.mechanism == "SCRAM-SHA-512"
+               for m, _ in messages)
+    ]  # fmt: skip
+    assert any(
+        m.__api_key__ == PRODUCE and topic in (t.name for t in m.topic_data)
+        for messages in logged_in for m, _ in messages
+    ), f"no Produce to {topic} on a SCRAM connection in {len(connections)} recorded"  # fmt: skip
+    authenticate = [(m, answer) for messages in logged_in for m, answer in messages
+                    if m.__api_key__ == SASL_AUTHENTICATE]  # fmt: skip
+    assert authenticate, "no SaslAuthenticate recorded"
+    for request, answer in authenticate:
+        assert request.auth_bytes == b"" and answer is not None and answer.auth_bytes == b""
+
+
+Connection = tuple[str, int, str, int]  # the client's address and port, the tunnel's
+SASL_HANDSHAKE, SASL_AUTHENTICATE, PRODUCE = 17, 36, 0
+
+
+def recorded_messages(recordings: Path) -> dict[Connection, list[tuple[Any, Any]]]:
+    """Each recorded connection's SaslHandshake, SaslAuthenticate and Produce requests with
+    their answers (None: none recorded), decoded by kio from Kafka's own schemas, not by
+    the tunnel's code: the recording as a reader of it sees it."""
+    streams: dict[Connection, bytearray] = {}
+    listeners: set[int] = set()
+    for path in sorted(recordings.iterdir()):
+        for segment in Capture(path.read_bytes()).segments():
+            if segment.flags & SYN and not segment.flags & ACK:
+                listeners.add(segment.dport)
+            flow = (segment.src, segment.sport, segment.dst, segment.dport)
+            streams.setdefault(flow, bytearray()).extend(segment.payload)
+    connections = {}
+    for (client, client_port, server, port), sent in streams.items():
+        if port not in listeners:
+            continue
+        received = streams.get((server, port, client, client_port), b"")
+        answers = {int.from_bytes(f[:4], "big", signed=True): f for f in _frames(received)}
+        messages = []
+        for frame in _frames(sent):
+            key, version, correlation = struct.unpack_from(">hhi", frame)
+            if key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE, PRODUCE):
+                continue
+            request = _decoded(load_request_schema(key, version), frame)
+            answer = answers.get(correlation)
+            if answer is not None:
+                answer = _decoded(load_response_schema(key, version), answer)
+            messages.append((request, answer))
+        connections[(client, client_port, server, port)] = messages
+    return connections
+
+
+def _frames(data: bytes | bytearray) -> list[bytes]:
+    frames, pos = [], 0
+    while pos < len(data):
+        end = pos + 4 + int.from_bytes(data[pos : pos + 4], "big")
+        assert end <= len(data), "a frame cut short in the recording"
+        frames.append(bytes(data[pos + 4 : end]))
+        pos = end
+    return frames
+
+
+def _decoded(schema: Any, frame: bytes) -> Any:
+    """The message in a frame (after its size), which must fill it exactly."""
+    _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
+    message, size = entity_reader(schema)(frame, offset)
+    assert offset + size == len(frame), (schema, frame[:64])
+    return message
 
 
 def refused_login(bootstrap: str, config: dict[str, Any]) -> str:
