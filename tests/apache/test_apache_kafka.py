@@ -73,7 +73,8 @@ def test_groups_on_every_coordinator_through_the_tunnel(
         config = {"group.protocol": protocol}
         for node, (group,) in sorted(spread.items()):
             result = consume_group(bootstrap, group, topic, MESSAGES, timeout=60, config=config)
-            assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), (
+            distinct = len(set(result.values))  # a message read twice makes up for no loss
+            assert (distinct, result.coordinator_errors) == (MESSAGES, []), (
                 node, result.errors[:3])  # fmt: skip
 
 

@@ -3,13 +3,16 @@
 //   java JavaClient produce BOOTSTRAP TOPIC COUNT
 //   java JavaClient consume BOOTSTRAP TOPIC GROUP COUNT PROTOCOL   (classic or consumer)
 //   java JavaClient share BOOTSTRAP TOPIC GROUP COUNT              (a share group, KIP-932)
-// Prints PRODUCED n or CONSUMED n (after committing), within 60 seconds.
+// Prints PRODUCED n, or CONSUMED n: the distinct values read (a record delivered twice counts
+// once), after committing; it reads for 60 seconds at most and commits within 30.
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.Future;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -44,16 +47,19 @@ public class JavaClient {
             props.put("group.id", args[3]);
             props.put("key.deserializer", StringDeserializer.class.getName());
             props.put("value.deserializer", StringDeserializer.class.getName());
-            int count = Integer.parseInt(args[4]), consumed = 0;
+            int count = Integer.parseInt(args[4]);
+            Set<String> values = new HashSet<>();
             try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
                 consumer.subscribe(List.of(topic));
                 long deadline = System.currentTimeMillis() + 60_000;
-                while (consumed < count && System.currentTimeMillis() < deadline) {
-                    consumed += consumer.poll(Duration.ofMillis(200)).count();
+                while (values.size() < count && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+                        values.add(record.value());
+                    }
                 }
                 consumer.commitSync(Duration.ofSeconds(30)); // acknowledges what was delivered
             }
-            System.out.println("CONSUMED " + consumed);
+            System.out.println("CONSUMED " + values.size());
         } else {
             String group = args[3];
             int count = Integer.parseInt(args[4]);
@@ -63,17 +69,18 @@ public class JavaClient {
             props.put("enable.auto.commit", "false");
             props.put("key.deserializer", StringDeserializer.class.getName());
             props.put("value.deserializer", StringDeserializer.class.getName());
-            int consumed = 0;
+            Set<String> values = new HashSet<>();
             try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
                 consumer.subscribe(List.of(topic));
                 long deadline = System.currentTimeMillis() + 60_000;
-                while (consumed < count && System.currentTimeMillis() < deadline) {
-                    ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
-                    consumed += records.count();
+                while (values.size() < count && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+                        values.add(record.value());
+                    }
                 }
                 consumer.commitSync(Duration.ofSeconds(30));
             }
-            System.out.println("CONSUMED " + consumed);
+            System.out.println("CONSUMED " + values.size());
         }
     }
 }

@@ -3,7 +3,8 @@
 // into a cache, where the tests copy this file to run it).
 //   node client.mjs LIBRARY produce BOOTSTRAP TOPIC COUNT
 //   node client.mjs LIBRARY consume BOOTSTRAP TOPIC GROUP COUNT
-// LIBRARY: kafkajs or platformatic. Prints PRODUCED n or CONSUMED n within 60 seconds.
+// LIBRARY: kafkajs or platformatic. Prints PRODUCED n, or CONSUMED n: the distinct values
+// read (a record delivered twice counts once) within 60 seconds.
 import { Consumer, Producer, stringDeserializers, stringSerializers } from '@platformatic/kafka'
 import kafkajs from 'kafkajs'
 
@@ -27,11 +28,11 @@ async function withKafkajs () {
   const consumer = kafka.consumer({ groupId: group })
   await consumer.connect()
   await consumer.subscribe({ topic, fromBeginning: true })
-  let consumed = 0
-  await consumer.run({ eachMessage: async () => { consumed++ } })
-  while (consumed < count && Date.now() < deadline) await sleep(100)
+  const values = new Set()
+  await consumer.run({ eachMessage: async ({ message }) => { values.add(message.value.toString()) } })
+  while (values.size < count && Date.now() < deadline) await sleep(100)
   await consumer.disconnect() // commits what was consumed
-  return `CONSUMED ${consumed}`
+  return `CONSUMED ${values.size}`
 }
 
 async function withPlatformatic () {
@@ -49,17 +50,17 @@ async function withPlatformatic () {
     bootstrapBrokers: [bootstrap], deserializers: stringDeserializers })
   const stream = await consumer.consume({ topics: [topic], mode: 'earliest', autocommit: false,
     sessionTimeout: 10000, heartbeatInterval: 500 })
-  let consumed = 0
+  const values = new Set()
   const timer = setTimeout(() => stream.close(), Math.max(deadline - Date.now(), 0))
   for await (const message of stream) {
-    consumed++
+    values.add(message.value)
     await message.commit()
-    if (consumed >= count) break
+    if (values.size >= count) break
   }
   clearTimeout(timer)
   await stream.close()
   await consumer.close(true)
-  return `CONSUMED ${consumed}`
+  return `CONSUMED ${values.size}`
 }
 
 const said = await (library === 'kafkajs' ? withKafkajs() : withPlatformatic())
