@@ -6,18 +6,9 @@ with the message saying what was wrong, and nothing else is affected.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kafkatunnel.protocol.passage import Fed
-
 
 class ProtocolError(Exception):
     """Base class: the bytes on one connection are not valid Kafka protocol."""
-
-    # Raised by a Direction: what passed on of the bytes it was given, before the bad ones
-    # (a whole answer ahead of a broken one, say). The connection still delivers it, then ends.
-    passed: Fed | None = None
 
 
 class FrameSizeError(ProtocolError):

@@ -154,6 +154,7 @@ class _Splitter:
         # where the walk found record data, and a request's header.
         self._parts: list[Part] | None = None
         self._passed: list[FramePassed] = []
+        self._before_error = Fed([])  # what passed on in the call that raised ProtocolError
         self._spans: list[tuple[int, int]] = []
         self._records: RecordSpans | None = None
         self._compact = False  # the walked message is of a flexible version
@@ -205,8 +206,8 @@ class _Splitter:
                 if self._stop is not None:
                     self._unfed.extend(unfed[index + 1 :])
                     break
-        except ProtocolError as error:
-            error.passed = self._fed(out)
+        except ProtocolError:
+            self._before_error = self._fed(out)
             raise
         return self._fed(out)
 
@@ -247,8 +248,8 @@ class _Splitter:
             else:
                 pos = 0
             self._feed(view, out, pos)
-        except ProtocolError as error:  # what came whole before the bad bytes still goes
-            error.passed = self._fed(out)
+        except ProtocolError:  # what came whole before the bad bytes still goes
+            self._before_error = self._fed(out)
             raise
         return self._fed(out)
 
@@ -263,6 +264,12 @@ class _Splitter:
             return ()
         passed, self._passed = self._passed, []
         return passed
+
+    def taken_before_error(self) -> Fed:
+        """What passed on, in the call that raised ProtocolError, of the bytes before the
+        bad ones (a whole answer ahead of a broken one, say): still to be delivered."""
+        taken, self._before_error = self._before_error, Fed([])
+        return taken
 
     def _feed(self, view: memoryview, out: list[Chunk], pos: int = 0) -> None:
         """From `pos` on: what passes is appended to `out`."""
@@ -767,7 +774,7 @@ class Direction(Protocol):
     """One direction of a connection as the I/O layer drives it: bytes in, what passes on
     (and brokers to learn before it goes on, then resume), how many of the coming bytes
     need not be read at all (skip them once moved), how many a frame held whole awaits.
-    Bad bytes raise ProtocolError, whose `passed` is what passed on before them."""
+    Bad bytes raise ProtocolError; taken_before_error() is what passed on before them."""
 
     def feed(self, data: Chunk) -> Fed: ...
     @property
@@ -776,6 +783,7 @@ class Direction(Protocol):
     def awaited(self) -> int: ...
     def resume(self) -> Fed: ...
     def skip(self, count: int) -> Sequence[FramePassed]: ...
+    def taken_before_error(self) -> Fed: ...
     def close(self) -> None: ...
 
 
@@ -793,6 +801,9 @@ class _Untouched:
 
     def skip(self, count: int) -> Sequence[FramePassed]:
         return ()
+
+    def taken_before_error(self) -> Fed:
+        return Fed([])
 
     def close(self) -> None:
         return None

@@ -205,8 +205,7 @@ class Pump:
     def _broken(self, error: ProtocolError) -> None:
         """The source's bytes broke the protocol: what passed before them (whole frames
         ahead of the bad one) is still written, then the owner hears of the error."""
-        if error.passed is not None:
-            self._pass_on(error.passed)
+        self._pass_on(self.direction.taken_before_error())
         self._source_ended(error)
         self._flush()
 
