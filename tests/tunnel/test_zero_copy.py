@@ -13,6 +13,7 @@ import re
 import subprocess
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from kafkatunnel.verify.calls import FileDecoder
 
 VALUE = 256 << 10
 COUNT = 40  # 10 MiB each way
+# What librdkafka's mock broker keeps of one partition: past it, it drops the oldest batches
+# (log start moves on), and a consumer from the earliest offset never sees them.
+MOCK_PARTITION_KEEPS = 5 << 20
 
 
 @pytest.fixture(scope="module")
@@ -43,25 +47,53 @@ def _metric(text: str, name: str) -> int:
     return sum(int(value) for value in re.findall(rf"^{name}{{[^}}]*}} (\d+)$", text, re.M))
 
 
-def _round_trip(bootstrap: str, topic: str | None = None) -> list[bytes]:
+def _round_trip(
+    bootstrap: str, topic: str | None = None, values: list[bytes] | None = None
+) -> list[bytes]:
     """Produce COUNT random values keyed by their digest (librdkafka), consume them all back
-    intact (aiokafka); the values."""
+    intact (aiokafka); the values.
+
+    Each partition gets its share in turn, whatever the keys: placed by their hash, one
+    draw in about 400 put 20 or more in one partition, past what the mock broker keeps, and
+    the consumer waited out its deadline for values no broker had any more."""
     topic = topic or f"zero-copy-{uuid.uuid4().hex[:6]}"
-    values = [random.randbytes(VALUE) for _ in range(COUNT)]
+    values = values or [random.randbytes(VALUE) for _ in range(COUNT)]
+    partitions = _partitions(bootstrap, topic)
+    assert -(-len(values) // partitions) * VALUE < MOCK_PARTITION_KEEPS, partitions
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     failed: list[object] = []
-    for value in values:
+    for index, value in enumerate(values):
         producer.produce(
             topic,
             value,
             key=hashlib.sha256(value).digest(),
+            partition=index % partitions,
             on_delivery=lambda error, _: failed.append(error) if error else None,
         )
     assert producer.flush(60) == 0
     assert failed == []
 
-    seen = asyncio.run(_consume(bootstrap, topic))
+    seen = asyncio.run(_consume(bootstrap, topic, len(values)))
     assert sorted(seen) == sorted(hashlib.sha256(v).digest() for v in values)
+    return values
+
+
+def _partitions(bootstrap: str, topic: str) -> int:
+    """How many partitions the topic has (asking for it creates it)."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    count = len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
+    assert count, f"{topic} has no partitions"
+    return count
+
+
+def _keyed_to_one_partition(partitions: int) -> list[bytes]:
+    """COUNT random values whose keys (their digests) librdkafka's default partitioner
+    (consistent_random: the key's CRC-32) would all send to partition 0."""
+    values: list[bytes] = []
+    while len(values) < COUNT:
+        value = random.randbytes(VALUE)
+        if zlib.crc32(hashlib.sha256(value).digest()) % partitions == 0:
+            values.append(value)
     return values
 
 
@@ -85,7 +117,7 @@ def _consume_librdkafka(bootstrap: str, topic: str) -> None:
     assert seen == COUNT
 
 
-async def _consume(bootstrap: str, topic: str) -> list[bytes]:
+async def _consume(bootstrap: str, topic: str, count: int = COUNT) -> list[bytes]:
     """aiokafka's Fetch versions carry no broker address: their answers pass unread."""
     from aiokafka import AIOKafkaConsumer
 
@@ -96,12 +128,20 @@ async def _consume(bootstrap: str, topic: str) -> list[bytes]:
     seen: list[bytes] = []
     try:
         async with asyncio.timeout(60):
-            while len(seen) < COUNT:
+            while len(seen) < count:
                 batch = await consumer.getmany(timeout_ms=500)
                 for message in (m for records in batch.values() for m in records):
                     assert message.value is not None and message.key is not None
                     assert hashlib.sha256(message.value).digest() == message.key
                     seen.append(message.key)
+    except TimeoutError:  # say where the rest went: never sent on, or gone from the broker
+        partitions = sorted(consumer.assignment())
+        starts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+        logs = ", ".join(f"{tp.partition}: {starts[tp]}..{ends[tp]}" for tp in partitions)
+        raise AssertionError(
+            f"{len(seen)} of {count} values within 60s; the partitions' logs: {logs}"
+        ) from None
     finally:
         await consumer.stop()
     return seen
@@ -141,6 +181,19 @@ def test_through_sockets(local_tansu: str, zero_copy: bool, uvloop: bool) -> Non
     port = int(local_tansu.rsplit(":", 1)[1])
     forwarder = DirectForwarder({(TANSU_HOST, port): ("127.0.0.1", port)})
     _with_tunnel(local_tansu, forwarder, zero_copy, uvloop)
+
+
+def test_values_whose_keys_share_a_partition_all_come_back(cluster: LocalCluster) -> None:
+    """Keyed by their digests, these values would all go to one partition: twice what the
+    mock broker keeps of one, so half of them would be gone before the consumer came."""
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False
+    )
+    with BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel:
+        topic = f"one-partition-{uuid.uuid4().hex[:6]}"
+        values = _keyed_to_one_partition(_partitions(tunnel.bootstrap_servers, topic))
+        assert len(values) * VALUE > MOCK_PARTITION_KEEPS
+        _round_trip(tunnel.bootstrap_servers, topic, values)
 
 
 def _with_tunnel(bootstrap: str, forwarder: Forwarder, zero_copy: bool, uvloop: bool) -> None:
