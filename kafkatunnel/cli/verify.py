@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import typer
 from rich.console import Console
@@ -12,6 +13,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.verify.failures import (
+    explain,
+    java_causes,
+    master_problem,
+    spark_errors,
+)
 from kafkatunnel.verify.identity import parse_broker_entries
 from kafkatunnel.verify.job import (
     Report,
@@ -32,6 +39,9 @@ from kafkatunnel.verify.report import (
     verdict_of_run,
     write_reports,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def verify(
@@ -139,15 +149,23 @@ def run_verify(
         console = make_console(stderr=True)
     spark = None
     spark_log = None
-    if not in_process:
+    if in_process:
+        report: Report = verify_local(files, brokers)
+    else:
         problem = spark_problem()
         if problem is not None:
             error(problem, "install what Spark needs, or verify without Spark: --in-process")
             return 2
+        unreachable = master_problem(master)
+        if unreachable is not None:
+            error(unreachable.cause, unreachable.fix)
+            return 2
         spark_log = Path(tempfile.mkstemp(prefix="kafkatunnel-spark-", suffix=".log")[1])
-        spark = spark_session(master, log=spark_log, settings=settings)
-    report: Report = (verify_local(files, brokers) if spark is None
-                      else verify_spark(files, spark, brokers))  # fmt: skip
+        try:
+            spark = spark_session(master, log=spark_log, settings=settings)
+            report = verify_spark(files, spark, brokers)
+        except spark_errors() as failure:
+            return _spark_failed(failure, spark, master, spark_log)
     console.print(table(report))
     addresses = address_table(report)
     if addresses is not None:
@@ -182,6 +200,22 @@ def run_verify(
         spark.stop()
         console.print(f"Spark's own log: {spark_log}", highlight=False, soft_wrap=True)
     return 1 if failed else 0
+
+
+def _spark_failed(
+    failure: BaseException, spark: SparkSession | None, master: str, log: Path
+) -> int:
+    """Say why the Spark job failed and what to do, the Java stack kept in Spark's log:
+    exit status 2 when the cause is the user's (as for other bad input), 70 when it is
+    not recognised (as for anything else that escapes)."""
+    explained = explain(java_causes(failure), master)
+    with contextlib.suppress(OSError), log.open("a") as out:
+        out.write(f"\nkafkatunnel verify: the Spark job failed:\n{failure}\n")
+    if spark is not None:
+        with contextlib.suppress(Exception):  # the JVM may be gone already
+            spark.stop()
+    error(explained.cause, f"{explained.fix}; the whole Java stack is in {log}")
+    return 2 if explained.known else 70
 
 
 def _check_writable(path: Path, flag: str) -> None:
