@@ -6,8 +6,8 @@ A broker is not the user: its names are checked here, in one place, before any o
 
 - `check_host` / `check_address`: a name is an RFC 1123 host name (letters, digits and
   hyphens in labels of at most 63 characters, 253 in all) or an IP literal, and a port is in
-  1-65535. Such a name needs no quoting in any shell, is one word of any command and one
-  component of any path.
+  1-65535 (`parse_port`, from text: in ASCII digits). Such a name needs no quoting in any
+  shell, is one word of any command and one component of any path.
 - `ClusterZones`: the zones the user's own names (the bootstrap, --broker, the Kubernetes
   cluster domain, --dns-zone) put under the tunnel's care. Only names inside them reach the
   machine's name resolution; others still work through their rewritten ports.
@@ -57,6 +57,15 @@ def check_port(port: int) -> int:
     if not 0 < port < 65536:
         raise UntrustedName(f"port {port} is not between 1 and 65535")
     return port
+
+
+def parse_port(text: str) -> int:
+    """A port written as text (a flag's, a recording's): ASCII digits, 1-65535, else
+    UntrustedName. str.isdigit() is no test: it passes superscripts, which int() refuses,
+    and int() reads Arabic-Indic and fullwidth digits, which no one means as a port."""
+    if not (text.isascii() and text.isdigit()):
+        raise UntrustedName(f"port {_shown(text)} is not a number between 1 and 65535")
+    return check_port(int(text))
 
 
 def check_address(host: str, port: int) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
+from kafkatunnel.hostnames import parse_port
 from kafkatunnel.protocol import (
     BrokerAddress,
     FrameDecoder,
@@ -107,10 +108,14 @@ def metadata_request(correlation_id: int) -> bytes:
 
 
 def split_address(address: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as (host, port), else ValueError saying why."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not host.strip("[]"):
         raise ValueError(f"{address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    try:
+        return host.strip("[]"), parse_port(port)
+    except ValueError as cause:
+        raise ValueError(f"{address!r} is not HOST:PORT: {cause}") from None
 
 
 class ProbeConnection:

@@ -114,7 +114,7 @@ def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(
     ("argv", "said"),
     [  # one flag checked with the others, two checked by the tunnel's settings
         (["--record-payloads"], "Invalid value for --record-payloads: goes with --record DIR"),
-        (["--max-brokers", "0"], "Invalid value for --max-brokers: must be 1 or more"),
+        (["--max-brokers", "0"], "Invalid value for --max-brokers: must be from 1 to 65535"),
         (["--mode", "transparent"], "Invalid value for --dns: transparent mode needs the DNS"),
     ],
 )

@@ -76,10 +76,9 @@ def _ask(bootstrap: str, key: str, transactional: bool) -> Coordinator:
     for address in bootstrap.split(","):
         try:
             split_address(address.strip())
-        except ValueError:
+        except ValueError as cause:
             raise typer.BadParameter(
-                f"{address.strip()!r}: expected HOST:PORT, e.g. 127.0.0.1:9092",
-                param_hint="--bootstrap",
+                f"{cause}; expected HOST:PORT, e.g. 127.0.0.1:9092", param_hint="--bootstrap"
             ) from None
     try:
         return find_coordinator(bootstrap, key, transactional=transactional)

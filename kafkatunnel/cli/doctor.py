@@ -83,12 +83,18 @@ def run_doctor(
     resolver: str | None,
     as_json: bool,
 ) -> int:
+    for flag, address, what in (("--bootstrap", bootstrap, "the tunnel's HOST:PORT, e.g. "
+                                 "127.0.0.1:9092"),
+                                ("--resolver", resolver, "the DNS server's HOST:PORT, e.g. "
+                                 "127.0.0.1:53")):  # fmt: skip
+        try:
+            if address is not None:
+                split_address(address)
+        except ValueError as cause:
+            raise typer.BadParameter(f"{cause}; expected {what}", param_hint=flag) from None
     tunnels = running_tunnels()
     if bootstrap is not None and port is None:
-        try:
-            port = split_address(bootstrap)[1]
-        except ValueError:
-            port = None
+        port = split_address(bootstrap)[1]
     state = tunnels.get(port) if port is not None else None
     if state is None and bootstrap is None and len(tunnels) == 1:
         state = next(iter(tunnels.values()))
@@ -108,14 +114,6 @@ def run_doctor(
     if status is not None:
         subject = subject_from_status(status, kubectl)
         subject.bootstrap = bootstrap or subject.bootstrap
-    if resolver is not None:
-        try:
-            split_address(resolver)
-        except ValueError:
-            raise typer.BadParameter(
-                f"{resolver!r}: expected the DNS server's HOST:PORT, e.g. 127.0.0.1:53",
-                param_hint="--resolver",
-            ) from None
     resolve = dns_server_resolve(resolver) if resolver else system_resolve
     results = run_checks(subject, resolve, start)
     failed = any(r.status == FAIL for r in results)

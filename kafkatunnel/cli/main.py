@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from kafkatunnel.cli import background, config, coordinator, demo, dns, doctor, tunnel, verify
 from kafkatunnel.cli.output import (
@@ -86,7 +86,24 @@ def command() -> TyperGroup:
         for param in each.params:
             if getattr(param, "is_flag", False) or getattr(param, "count", False):
                 param.metavar = ""  # a flag takes no value: show none
+            elif isinstance(param, TyperOption):
+                _refuse_empty(param)
     return group
+
+
+def _refuse_empty(option: TyperOption) -> None:
+    """An option's value is never empty: `--exec ""` would read as no --exec at all, and
+    `--record ""` as the current directory. Checked before the value is converted (a path
+    of "" is already "." after)."""
+    process = option.process_value
+
+    def process_value(self: TyperOption, ctx: typer.Context, value: Any) -> Any:
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(each, str) and not each.strip() for each in values):
+            raise typer.BadParameter(f"empty: give {self.metavar or 'a value'}", ctx, self)
+        return process(ctx, value)
+
+    option.process_value = types.MethodType(process_value, option)  # type: ignore[method-assign]
 
 
 def _options_by_panel(self: TyperCommand | TyperGroup, ctx: typer.Context, formatter: Any) -> None:

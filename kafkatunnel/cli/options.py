@@ -54,6 +54,8 @@ def selector_option(panel: str | None = None) -> Any:
 def kafka_port_option(panel: str | None = None) -> Any:
     return typer.Option(
         None,
+        min=1,
+        max=65535,
         metavar="PORT",
         help="--via kubectl without --bootstrap: the port (default 9092; with --tls, the pods' "
         "TLS port as Strimzi names it, tcp-clientstls).",
@@ -62,7 +64,9 @@ def kafka_port_option(panel: str | None = None) -> Any:
 
 
 def port_option() -> Any:
-    return typer.Option(None, metavar="PORT", help="The tunnel whose bootstrap port this is.")
+    return typer.Option(
+        None, min=1, max=65535, metavar="PORT", help="The tunnel whose bootstrap port this is."
+    )
 
 
 def json_option() -> Any:

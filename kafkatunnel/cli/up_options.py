@@ -17,6 +17,7 @@ from typing import TypeVar
 import typer
 
 from kafkatunnel.dns.resolver import METHODS
+from kafkatunnel.hostnames import parse_port
 from kafkatunnel.kube.services import ServiceRequest, check_namespace
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import parse_mapping
@@ -26,6 +27,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 VIA = ("exec", "direct", "kubectl")
 LOOPS = ("auto", "asyncio", "uvloop")
+MAX_NODE_ID = 2**31 - 1  # Kafka's node ids are int32, and not negative
+WILDCARDS = {"0.0.0.0", "::"}  # a listener there takes its port on every address
 SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
               "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}  # fmt: skip
 # up --help's panels, one per group
@@ -194,17 +197,28 @@ def check(options: UpOptions) -> Checked:
                                  param_hint="--loop")  # fmt: skip
     if options.record.payloads and options.record.directory is None:
         raise typer.BadParameter("goes with --record DIR", param_hint="--record-payloads")
+    listen = parse_listen(serving.listen)
+    metrics_listen = (None if serving.metrics_listen is None
+                      else parse_listen(serving.metrics_listen, "--metrics-listen"))  # fmt: skip
+    dns_listen = parse_listen(dns.listen, "--dns-listen") if dns.enabled else None
+    broker_ports = parse_broker_ports(serving.broker_ports)
+    check_ports_apart([
+        ("--listen", *listen),
+        *((f"--broker-port {node}={port}", listen[0], port) for node, port in broker_ports.items()),
+        *([("--metrics-listen", *metrics_listen)] if metrics_listen else []),
+        *([("--dns-listen", *dns_listen)] if dns_listen else []),
+        *((f"--service {s}", listen[0], s.local_port) for s in services if s.local_port),
+    ])  # fmt: skip
     return Checked(
         via=via,
-        listen=parse_listen(serving.listen),
-        metrics_listen=None if serving.metrics_listen is None
-        else parse_listen(serving.metrics_listen, "--metrics-listen"),
-        dns_listen=parse_listen(dns.listen, "--dns-listen") if dns.enabled else None,
-        broker_ports=parse_broker_ports(serving.broker_ports),
+        listen=listen,
+        metrics_listen=metrics_listen,
+        dns_listen=dns_listen,
+        broker_ports=broker_ports,
         mappings=mappings,
         services=services,
         rotate_bytes=parse_size(options.record.rotate, "--record-rotate"),
-    )  # fmt: skip
+    )
 
 
 def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:
@@ -254,31 +268,45 @@ def _checked(flag: str, parse: Callable[[T], R], value: T) -> R:
 
 
 def parse_broker_ports(entries: tuple[str, ...]) -> dict[int, int]:
-    ports = {}
+    """--broker-port NODE_ID=PORT entries, each node once."""
+    ports: dict[int, int] = {}
     for entry in entries:
-        node, sep, port = entry.partition("=")
-        if not sep or not node.strip().lstrip("-").isdigit() or not port.strip().isdigit():
-            raise typer.BadParameter(f"{entry!r}: expected NODE_ID=PORT, e.g. 1=19093",
-                                     param_hint="--broker-port")  # fmt: skip
-        ports[int(node)] = int(port)
+        node, sep, port = (part.strip() for part in entry.partition("="))
+        try:
+            if not sep or not (node.isascii() and node.isdigit()) or int(node) > MAX_NODE_ID:
+                raise ValueError("expected NODE_ID=PORT, e.g. 1=19093 (node ids count from 0)")
+            number = parse_port(port)
+        except ValueError as cause:
+            raise typer.BadParameter(f"{entry!r}: {cause}", param_hint="--broker-port") from None
+        if int(node) in ports:
+            twice = f"node {int(node)} is given twice ({int(node)}={ports[int(node)]}, {entry})"
+            raise typer.BadParameter(twice, param_hint="--broker-port")
+        ports[int(node)] = number
     return ports
 
 
 def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     try:
-        host, port = split_address(listen)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9092", param_hint=flag
-        ) from None
-    if not 0 < port < 65536:
-        raise typer.BadParameter(f"port {port} is not between 1 and 65535", param_hint=flag)
-    return host, port
+        return split_address(listen)
+    except ValueError as cause:
+        raise typer.BadParameter(f"{cause}; expected HOST:PORT, e.g. 127.0.0.1:9092",
+                                 param_hint=flag) from None  # fmt: skip
+
+
+def check_ports_apart(listeners: list[tuple[str, str, int]]) -> None:
+    """Each of the tunnel's own TCP listeners (flag, host, port) on a port of its own: two
+    on one port would meet as "in use by python", the tunnel itself, at start."""
+    for index, (flag, host, port) in enumerate(listeners):
+        for other, other_host, other_port in listeners[:index]:
+            shared = host == other_host or WILDCARDS & {host, other_host}
+            if port == other_port and shared:
+                raise typer.BadParameter(f"port {port} is {other}'s already: give each "
+                                         "listener a port of its own", param_hint=flag)  # fmt: skip
 
 
 def parse_size(text: str, flag: str) -> int:
     number = text.strip().rstrip("bBiIkKmMgG")
     unit = text.strip()[len(number) :].lower()
-    if not number.isdigit() or unit not in SIZE_UNITS or int(number) == 0:
+    if not (number.isascii() and number.isdigit()) or unit not in SIZE_UNITS or int(number) == 0:
         raise typer.BadParameter(f"{text!r}: expected a size like 64MiB or 500MB", param_hint=flag)
     return int(number) * SIZE_UNITS[unit]

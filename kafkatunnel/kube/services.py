@@ -66,7 +66,7 @@ class ServiceRequest:
         for value, given, what in ((port, colon, "PORT"), (local, sep, "LOCALPORT")):
             if not given:
                 numbers.append(None)
-            elif value.isdigit() and 0 < int(value) < 65536:
+            elif value.isascii() and value.isdigit() and 0 < int(value) < 65536:
                 numbers.append(int(value))
             else:
                 raise ServiceError(

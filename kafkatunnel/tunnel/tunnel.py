@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import os
 import socket
 import ssl
@@ -62,6 +63,8 @@ PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
 DEFAULT_MAX_CONNECTIONS = 1024
 
 MODES = ("rewrite", "transparent")
+MAX_PORTS = 65535
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")  # broker i's DNS address: the first + i
 
 
 class SettingError(ValueError):
@@ -131,11 +134,13 @@ class TunnelConfig:
         _check(not (transparent and self.audiences), "--for-containers",
                "containers are served in rewrite mode (transparent mode keeps the brokers' "
                "own names)")  # fmt: skip
-        _check(self.max_brokers >= 1, "--max-brokers", "must be 1 or more")
+        _check(1 <= self.max_brokers <= MAX_PORTS, "--max-brokers",
+               f"must be from 1 to {MAX_PORTS} (each broker takes a port)")  # fmt: skip
         _check(self.max_connections >= 1, "--max-connections", "must be 1 or more")
-        _check(self.connect_timeout > 0, "--connect-timeout", "must be more than 0 seconds")
-        _check(self.start_timeout is None or self.start_timeout >= 0, "--start-timeout",
-               "must be 0 or more seconds")  # fmt: skip
+        _check(0 < self.connect_timeout < math.inf, "--connect-timeout",
+               "must be a number of seconds more than 0")  # fmt: skip
+        _check(self.start_timeout is None or 0 <= self.start_timeout < math.inf,
+               "--start-timeout", "must be a number of seconds, 0 or more")  # fmt: skip
         for flag, address in [("--bootstrap", self.bootstrap),
                               *(("--broker", b) for b in self.brokers)]:  # fmt: skip
             try:
@@ -151,11 +156,7 @@ class TunnelConfig:
                     check_host(told)
             except UntrustedName as cause:
                 raise SettingError("--advertise", str(cause)) from None
-        try:
-            ipaddress.ip_address(self.first_dns_address)
-        except ValueError:
-            said = f"{self.first_dns_address!r} is not an IP address"
-            raise SettingError("--dns-first-address", said) from None
+        _check_loopback_range(self.first_dns_address, self.max_brokers)
         for zone in self.dns_zones:
             try:
                 ClusterZones.of([], [zone])
@@ -189,6 +190,22 @@ _FOR_REWRITE = (
 def _check(holds: bool, flag: str, message: str) -> None:
     if not holds:
         raise SettingError(flag, message)
+
+
+def _check_loopback_range(first: str, brokers: int) -> None:
+    """Broker i's DNS address is `first` + i: every one of them on IPv4 loopback."""
+    flag = "--dns-first-address"
+    try:
+        address = ipaddress.IPv4Address(first)
+    except ValueError:
+        raise SettingError(flag, f"{first!r} is not an IPv4 address, e.g. 127.0.0.2") from None
+    _check(address in LOOPBACK, flag,
+           f"{first} is not on loopback (127.0.0.0/8), where brokers get addresses")  # fmt: skip
+    last = LOOPBACK.broadcast_address - 1
+    room = int(last) - int(address) + 1
+    _check(room >= brokers, flag,
+           f"from {first} to {last} there are addresses for {room} brokers, not the "
+           f"{brokers} of --max-brokers: choose a lower address")  # fmt: skip
 
 
 class Tunnel:

@@ -352,17 +352,24 @@ def _changes(shown: list[Shown], behaviour: set[int]) -> list[tuple[int, int | N
 
 def parse_broker_entries(entries: Iterable[str]) -> dict[str, int]:
     """`--broker ADDRESS=NODE` entries as address -> node; ValueError names a bad one."""
-    out = {}
+    out: dict[str, int] = {}
     for entry in entries:
         address, sep, node = entry.rpartition("=")
         host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not port.isdigit() or not node.lstrip("-").isdigit():
+        if not sep or not colon or not host or not _digits(port) or not _digits(node.lstrip("-")):
             raise ValueError(
                 f"{entry!r}: expected ADDRESS=NODE, the server address as captured and the "
                 "broker's node id, e.g. 127.0.0.3:9092=2"
             )
+        if address in out:
+            raise ValueError(f"{address} is given twice ({address}={out[address]}, {entry})")
         out[address] = int(node)
     return out
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() alone passes superscripts, which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _is_ip(text: str) -> bool:
