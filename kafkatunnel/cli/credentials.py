@@ -76,7 +76,8 @@ def _with_user(
             f"{escape(user.secret)}); clients need no credentials of their own",
             highlight=False,
         )
-        return dataclasses.replace(tls, cert_pem=user.cert_pem, key_pem=user.key_pem)
+        return dataclasses.replace(tls, cert_pem=user.cert_pem, key_pem=user.key_pem,
+                                   cert_pem_from=f"--kafka-user {user.name}")  # fmt: skip
     assert user.password is not None
     where = f" -n {user.namespace}" if user.namespace else ""
     password = (

@@ -452,6 +452,7 @@ def run_up(console: Console, options: UpOptions) -> None:
             metrics_listen=checked.metrics_listen,
             dns_sockets=privileges.dns_sockets,
             tls=context,
+            tls_certificate=None if tls is None else tls.certificate_named,
             advertise=advertise,
             audiences=audiences,
         )
@@ -565,7 +566,8 @@ def read_tls(flags: TlsFlags) -> TlsOptions | None:
             cert_pem, key_pem = pkcs12_pem(flags.pkcs12, password)
         except TlsSetupError as cause:
             raise typer.BadParameter(str(cause), param_hint="--tls-pkcs12") from None
-        options = dataclasses.replace(options, cert_pem=cert_pem, key_pem=key_pem)
+        options = dataclasses.replace(options, cert_pem=cert_pem, key_pem=key_pem,
+                                      cert_pem_from=f"--tls-pkcs12 {flags.pkcs12}")  # fmt: skip
     return options
 
 

@@ -118,6 +118,7 @@ class TunnelConfig:
     resolver_zones: ClusterZones | None = None  # what sudo's root helper allows, if it sets up
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     tls: ssl.SSLContext | None = None  # speak TLS to the brokers (rewrite mode) with this
+    tls_certificate: str | None = None  # the client certificate `tls` presents, as named
     client_tls: ClientTls | None = None  # serve clients TLS, with a CA of the tunnel's own
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
@@ -217,7 +218,7 @@ class Tunnel:
         self.config = config
         self.companions = companions
         if config.tls is not None:
-            forwarder = TlsForwarder(forwarder, config.tls)
+            forwarder = TlsForwarder(forwarder, config.tls, config.tls_certificate)
         self.forwarder = forwarder
         self.client_tls = config.client_tls
         host, port = split_address(config.bootstrap)

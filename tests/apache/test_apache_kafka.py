@@ -266,6 +266,27 @@ def test_mutual_tls_logs_in_with_the_users_certificate(apache_kafka: ApacheKafka
             assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), group
 
 
+def test_mutual_tls_without_a_certificate_says_the_listener_requires_one(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """`up --tls` on Strimzi's mTLS listener with no client certificate: Kafka (Java) ends
+    TLS with "bad certificate", and up says the listener requires a client certificate and
+    the three ways to give one, not that a --tls-cert nobody gave was refused."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--bootstrap", apache_kafka.bootstrap("mtls"), "--exec", apache_kafka.exec_template(),
+         "--listen", f"127.0.0.1:{free_port_run(8)}", *tls_flags(apache_kafka)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in said, said
+    assert "bad certificate" in said, said  # what Kafka itself answered
+    assert "the listener requires a client certificate (mTLS) and the tunnel presented none: " \
+        "give --tls-cert FILE with --tls-key FILE, or --tls-pkcs12 FILE, or with --via " \
+        "kubectl --kafka-user NAME" in said, said  # fmt: skip
+    assert "refused the certificate of" not in said, said
+
+
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
     """scripts/apache-kafka/pom.xml (what the set-up fetches) and the cluster agree."""
     pom = (ROOT / "scripts" / "apache-kafka" / "pom.xml").read_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import socket
 import ssl
 import subprocess
@@ -71,6 +72,7 @@ def _tunnel(
         control=False,
         start_timeout=10,
         tls=client_context(tls),
+        tls_certificate=tls.certificate_named,
         record_dir=record_dir,
     )
     if via == "socket":
@@ -187,8 +189,38 @@ def test_mutual_tls_works_with_the_client_certificate_and_says_why_without(
             _tunnel(cluster, front, TlsOptions(ca.pem), via=via).start()
     assert refused.value.refused  # for good: no waiting out the start timeout
     message = str(refused.value)
-    assert "requires a client certificate (mTLS)" in message, message
-    assert "--tls-cert FILE and --tls-key FILE" in message, message
+    assert "(tlsv13 alert certificate required); fix: the listener requires a client " \
+        "certificate (mTLS) and the tunnel presented none: give --tls-cert FILE with " \
+        "--tls-key FILE, or --tls-pkcs12 FILE, or with --via kubectl --kafka-user NAME" \
+        in message, message  # fmt: skip
+
+
+@pytest.mark.parametrize("form", ["pem", "pkcs12"])
+def test_a_refused_client_certificate_is_named_as_the_user_gave_it(
+    cluster: LocalCluster, ca: TestAuthority, tmp_path: Path, form: str
+) -> None:
+    """A client certificate from a CA the listener does not trust: up names it by the flag
+    that gave it, --tls-cert or --tls-pkcs12, not always --tls-cert."""
+    server = ca.issue("brokers", [ADVERTISED])
+    (tmp_path / "elsewhere").mkdir()
+    stranger = TestAuthority(tmp_path / "elsewhere", "another CA")
+    client = stranger.issue("developer", ["developer"], client=True, password=b"p12-s3cret")
+    given = (["--tls-cert", str(client.cert), "--tls-key", str(client.key)] if form == "pem"
+             else ["--tls-pkcs12", str(client.p12)])  # fmt: skip
+    named = f"--tls-cert {client.cert}" if form == "pem" else f"--tls-pkcs12 {client.p12}"
+    with TlsFront(cluster, server, client_ca=ca.pem) as front:
+        result = subprocess.run(
+            [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+             "--bootstrap", cluster.mock[0].address, "--exec", front.exec_template(),
+             "--listen", f"127.0.0.1:{free_port_run(8)}", "--start-timeout", "10",
+             "--tls", "--tls-ca", str(ca.pem), *given],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KAFKATUNNEL_TLS_PASSWORD": "p12-s3cret"},
+        )  # fmt: skip
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in message, message
+    assert f"(tlsv1 alert unknown ca); fix: the broker does not trust the CA of {named}: " \
+        in message, message  # fmt: skip
 
 
 def test_up_without_tls_says_the_listener_speaks_tls(

@@ -15,11 +15,15 @@ from kafkatunnel.tunnel.tls.messages import TlsSession, verification_failure
 
 
 class TlsForwarder(Forwarder):
-    """Any forwarder, with TLS to the broker over each stream it opens."""
+    """Any forwarder, with TLS to the broker over each stream it opens. `certificate`: the
+    client certificate the context presents, as the user named it (for messages), or None."""
 
-    def __init__(self, inner: Forwarder, context: ssl.SSLContext) -> None:
+    def __init__(
+        self, inner: Forwarder, context: ssl.SSLContext, certificate: str | None = None
+    ) -> None:
         self.inner = inner
         self.context = context
+        self.certificate = certificate
         self.kind = inner.kind
         self.sessions: dict[tuple[str, int], TlsSession] = {}  # the last one per broker
 
@@ -32,6 +36,7 @@ class TlsForwarder(Forwarder):
         upstream = await self.inner.open(host, port)
         try:
             tls = await start_tls(upstream, self.context, host)
+            tls.certificate_named = self.certificate
             self.sessions[(host, port)] = TlsSession.of(tls.version, tls.certificate)
             return tls
         except ssl.SSLCertVerificationError as error:

@@ -23,6 +23,10 @@ from kafkatunnel.tunnel.tls.streams import BioTlsStream, SocketTlsStream
 class TlsUpstream(Upstream):
     """An established TLS session over `inner`; the relay reads and writes `stream`."""
 
+    # The client certificate presented, as the user named it (--tls-cert FILE); None: none.
+    # What a broker's alert about it is said to be about.
+    certificate_named: str | None = None
+
     def __init__(
         self,
         inner: Upstream,
@@ -70,7 +74,7 @@ class TlsUpstream(Upstream):
             reason = openssl_reason(error)
             # An alert: the far end said no to this client, and will say it again.
             self.refused = "alert" in reason
-            return alert_message(reason)
+            return alert_message(reason, self.certificate_named)
         return await self.inner.why_ended(error)
 
 

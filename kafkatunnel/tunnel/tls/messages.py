@@ -20,25 +20,40 @@ def openssl_reason(cause: BaseException) -> str:
     return str(reason or cause).lower().replace("_", " ")
 
 
-# TLS alerts a broker sends about the client (RFC 8446 6.2), and what to do about them.
+# TLS alerts a broker sends about the client (RFC 8446 6.2), and what to do about them:
+# `{cert}` is the client certificate the tunnel presented, as the user named it.
 ALERT_FIXES = {
-    "certificate required": "the broker requires a client certificate (mTLS): give "
-    "--tls-cert FILE and --tls-key FILE",
-    "unknown ca": "the broker does not trust the CA of --tls-cert: use a certificate "
-    "signed by a CA it trusts (for Strimzi, the clients CA)",
-    "bad certificate": "the broker refused the certificate of --tls-cert: check that it is "
+    "certificate required": "the broker refused the certificate of {cert}: check that it is "
     "a client certificate (extended key usage clientAuth) from a CA the broker trusts",
-    "certificate expired": "the certificate of --tls-cert has expired: renew it",
-    "certificate revoked": "the certificate of --tls-cert was revoked: get a new one",
+    "unknown ca": "the broker does not trust the CA of {cert}: use a certificate signed by a "
+    "CA it trusts (for Strimzi, the clients CA)",
+    "bad certificate": "the broker refused the certificate of {cert}: check that it is "
+    "a client certificate (extended key usage clientAuth) from a CA the broker trusts",
+    "certificate expired": "the certificate of {cert} has expired: renew it",
+    "certificate revoked": "the certificate of {cert} was revoked: get a new one",
     "access denied": "the broker refused this client's identity (its ACLs or principal)",
 }
+# Without a client certificate, OpenSSL's brokers say "certificate required" (TLS 1.3) and
+# Java's, Apache Kafka's among them, "bad certificate": a listener with mTLS required.
+NO_CERTIFICATE = (
+    "the listener requires a client certificate (mTLS) and the tunnel presented none: give "
+    "--tls-cert FILE with --tls-key FILE, or --tls-pkcs12 FILE, or with --via kubectl "
+    "--kafka-user NAME (a KafkaUser with tls authentication)"
+)
+WITHOUT_CERTIFICATE = ("certificate required", "bad certificate")
 
 
-def alert_message(reason: str) -> str:
-    """The broker ended TLS with `reason` (OpenSSL's words): what it means and the fix."""
+def alert_message(reason: str, certificate: str | None = None) -> str:
+    """The broker ended TLS with `reason` (OpenSSL's words): what it means and the fix.
+    `certificate`: the client certificate the tunnel presented, as the user named it
+    (--tls-cert FILE, --kafka-user NAME), None when it presented none."""
     for words, fix in ALERT_FIXES.items():
         if words in reason:
-            return f"TLS: the broker refused this client ({reason}); fix: {fix}"
+            if certificate is None and words in WITHOUT_CERTIFICATE:
+                fix = NO_CERTIFICATE
+            return f"TLS: the broker refused this client ({reason}); fix: " + fix.format(
+                cert=certificate or "the client certificate"
+            )
     return f"TLS error from the broker: {reason}"
 
 

@@ -27,6 +27,17 @@ class TlsOptions:
     ca_pem: bytes | None = None
     cert_pem: bytes | None = None
     key_pem: bytes | None = None
+    cert_pem_from: str | None = None  # where cert_pem came from: --tls-pkcs12 FILE, ...
+
+    @property
+    def certificate_named(self) -> str | None:
+        """The client certificate presented, as the user named it (None: none), for the
+        messages about it."""
+        if self.cert is not None:
+            return f"--tls-cert {self.cert}"
+        if self.cert_pem is not None:
+            return self.cert_pem_from or "the client certificate"
+        return None
 
     def warnings(self) -> list[str]:
         """What the user must hear on every start."""
