@@ -24,6 +24,7 @@ from kafkatunnel.hostnames import parse_port
 from kafkatunnel.protocol import (
     BrokerAddress,
     FrameDecoder,
+    ProtocolError,
     api_title,
     frame,
     response_body_offset,
@@ -31,6 +32,12 @@ from kafkatunnel.protocol import (
 )
 
 API_VERSIONS, FIND_COORDINATOR, METADATA, DESCRIBE_CLUSTER = 18, 10, 3, 60
+SASL_HANDSHAKE = 17
+NONE, UNSUPPORTED_SASL_MECHANISM = 0, 33
+# A SASL mechanism no broker enables (RFC 4422 names are upper case): what a handshake asks
+# for to learn whether a listener wants a login. Apache Kafka answers with the mechanisms it
+# enables; tansu 0.6 echoes this one, and closes at once on an upper-case name it lacks.
+PROBE_MECHANISM = "kafkatunnel-probe"
 OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_TRANSACTIONS = 9, 11, 12, 13, 65
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
@@ -107,6 +114,38 @@ def metadata_request(correlation_id: int) -> bytes:
     return encode_request(request_type(topics=()), correlation_id)
 
 
+def sasl_handshake_request(correlation_id: int) -> bytes:
+    """SaslHandshake v1 for PROBE_MECHANISM: whether, and how, a listener wants a login
+    (its answer read by mechanisms_wanted)."""
+    request_type: Any = load_request_schema(SASL_HANDSHAKE, 1)
+    return encode_request(request_type(mechanism=PROBE_MECHANISM), correlation_id)
+
+
+def mechanisms_wanted(response: Any) -> tuple[str, ...] | None:
+    """The SASL mechanisms a listener wants a login with, from its answer to a SaslHandshake
+    for PROBE_MECHANISM (empty: it named none); None: it wants no login. A listener that
+    wants one answers the handshake itself, before any login (Apache Kafka: with the
+    mechanisms it enables); one without SASL, as a request out of place."""
+    if int(response.error_code) not in (NONE, UNSUPPORTED_SASL_MECHANISM):
+        return None
+    return tuple(str(m) for m in response.mechanisms if m != PROBE_MECHANISM)
+
+
+def decode_answer(answer: bytes, api_key: int, version: int) -> Any:
+    """A whole response frame, decoded by kio: ErrorAnswer for an error answer it cannot
+    decode whole, ConnectionError for any other answer it cannot decode."""
+    body = response_body_offset(answer, api_key, version)
+    response_type = load_response_schema(api_key, version)
+    try:
+        value, _ = entity_reader(response_type)(answer[body:], 0)
+    except Exception as error:  # kio's own errors: an answer it cannot decode whole
+        code = top_level_error(answer, api_key, version)
+        if code is None or code == 0:
+            raise ConnectionError(f"an answer that cannot be decoded: {error}") from None
+        raise ErrorAnswer(code) from None
+    return value
+
+
 def split_address(address: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) as (host, port), else ValueError saying why."""
     host, sep, port = address.rpartition(":")
@@ -156,18 +195,16 @@ class ProbeConnection:
             frames = self._decoder.feed(chunk)
             if frames:
                 break
-        answer = frames[0]
-        body = response_body_offset(answer, api_key, version)
-        response_type = load_response_schema(api_key, version)
-        value: Any
+        return decode_answer(frames[0], api_key, version)
+
+    def login_mechanisms(self) -> tuple[str, ...] | None:
+        """The SASL mechanisms this listener wants a login with before it answers anything
+        else (see mechanisms_wanted); None: it wants none."""
+        request_type: Any = load_request_schema(SASL_HANDSHAKE, 1)
         try:
-            value, _ = entity_reader(response_type)(answer[body:], 0)
-        except Exception as error:  # kio's own errors: an answer it cannot decode whole
-            code = top_level_error(answer, api_key, version)
-            if code is None or code == 0:
-                raise ConnectionError(f"an answer that cannot be decoded: {error}") from None
-            raise ErrorAnswer(code) from None
-        return value
+            return mechanisms_wanted(self.request(request_type(mechanism=PROBE_MECHANISM)))
+        except ErrorAnswer:
+            return None
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         if self._versions is None:
@@ -304,6 +341,16 @@ class ProbeConnection:
         fields = {"key": key} if version == 0 else {"key": key, "key_type": key_type}
         r = self.request(request_type(**fields))
         return Coordinator(key, int(r.node_id), r.host, int(r.port), int(r.error_code))
+
+
+def wanted_login(address: str, timeout: float = 5.0) -> tuple[str, ...] | None:
+    """The SASL mechanisms `address` wants a login with (ProbeConnection.login_mechanisms);
+    None also when it cannot be asked."""
+    try:
+        with ProbeConnection(address, timeout) as connection:
+            return connection.login_mechanisms()
+    except (OSError, ValueError, ProtocolError):
+        return None
 
 
 def find_coordinator(

@@ -33,7 +33,7 @@ from kafkatunnel.hostnames import (
     derived_zone,
     is_ip_literal,
 )
-from kafkatunnel.probe import ProbeConnection, split_address
+from kafkatunnel.probe import ProbeConnection, split_address, wanted_login
 from kafkatunnel.protocol import (
     COORDINATOR_ERRORS,
     DEFAULT_MAX_FRAME_SIZE,
@@ -48,7 +48,7 @@ from kafkatunnel.protocol import (
 from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
-from kafkatunnel.tunnel.discovery import probe_brokers
+from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
@@ -180,6 +180,19 @@ class TunnelConfig:
             return self.resolver_zones
         names = [split_address(a)[0] for a in (self.bootstrap, *self.brokers)]
         return ClusterZones.of(names, self.dns_zones, self.cluster_domain, self.namespaces)
+
+
+def login_note(mechanisms: tuple[str, ...], protocol: str | None) -> str:
+    """What the tunnel says of a bootstrap listener that wants a SASL login (`mechanisms`,
+    as it named them) before it lists the brokers; `protocol`: the security.protocol its
+    clients set, None in transparent mode."""
+    said = f"SASL {'/'.join(mechanisms)}" if mechanisms else "SASL"
+    wants = f"the bootstrap broker's listener wants a login ({said}) before it lists the brokers"
+    if protocol is None:  # clients' logins pass unread: the tunnel never sees the brokers
+        return f"{wants}: name every broker with --broker HOST:PORT"
+    settings = "".join(f", sasl.mechanism={m}" for m in mechanisms[:1])
+    return (f"{wants}: they are added when a client has logged in through the tunnel (clients "
+            f"set security.protocol={protocol}{settings})")  # fmt: skip
 
 
 _FOR_REWRITE = (
@@ -382,16 +395,21 @@ class Tunnel:
         """Transparent mode: a plaintext Metadata request through the forwarder (the
         clients' own connections are never read). A TLS cluster needs --broker instead."""
         host, port = self.bootstrap.advertised_host, self.bootstrap.advertised_port
+        timeout = self.config.discover_timeout
         try:
-            brokers = await probe_brokers(self.forwarder, host, port, self.config.discover_timeout)
+            brokers = await probe_brokers(self.forwarder, host, port, timeout)
         except (OSError, ConnectionError, TimeoutError, ProtocolError) as error:
-            note = (
-                f"could not list the brokers with a plaintext request ({error or 'timed out'}); "
-                "with TLS, name every broker with --broker HOST:PORT"
-                if self.transparent
-                else f"could not list the brokers yet ({error or 'timed out'}); they will be "
-                "added on first use"
-            )
+            login = None
+            if isinstance(error, ConnectionError):  # closed unanswered: a login first?
+                login = await probe_login(self.forwarder, host, port, timeout)
+            cause = error or "timed out"
+            if login is not None:
+                note = login_note(login, None if self.transparent else "SASL_SSL")
+            elif self.transparent:
+                note = (f"could not list the brokers with a plaintext request ({cause}); with "
+                        "TLS, name every broker with --broker HOST:PORT")  # fmt: skip
+            else:
+                note = f"could not list the brokers yet ({cause}); they will be added on first use"
             self.notes.append(note)
             log.warning(note)
             return False
@@ -410,7 +428,11 @@ class Tunnel:
         try:
             brokers = await asyncio.to_thread(ask)
         except (OSError, ConnectionError, ProtocolError, ValueError) as error:
-            note = f"could not list the brokers yet ({error}); they will be added on first use"
+            login = None
+            if isinstance(error, ConnectionError):  # closed unanswered: a login first?
+                login = await asyncio.to_thread(wanted_login, address, self.config.discover_timeout)
+            note = (f"could not list the brokers yet ({error}); they will be added on first use"
+                    if login is None else login_note(login, "SASL_PLAINTEXT"))  # fmt: skip
             self.notes.append(note)
             log.warning(note)
             return False

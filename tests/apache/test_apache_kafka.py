@@ -287,6 +287,38 @@ def test_mutual_tls_without_a_certificate_says_the_listener_requires_one(
     assert "refused the certificate of" not in said, said
 
 
+def test_a_sasl_listener_is_said_to_want_a_login_before_its_brokers_are_listed(
+    apache_kafka: ApacheKafka,
+) -> None:
+    """Strimzi's scram-sha-512 listener answers nothing but a login before the tunnel can
+    list its brokers: up says so, with the mechanism Kafka names, and that the brokers come
+    once a client has logged in: then one does, and its group's coordinator, not the
+    bootstrap broker, is reached through the tunnel."""
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--bootstrap", apache_kafka.bootstrap("scram"), "--exec", apache_kafka.exec_template(),
+         "--listen", f"127.0.0.1:{free_port_run(8)}", *tls_flags(apache_kafka)],
+        name="kafkatunnel-up-apache-scram-login",
+    )  # fmt: skip
+    try:
+        bootstrap = up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+        said = " ".join(up.output().split())
+        assert "the bootstrap broker's listener wants a login (SASL SCRAM-SHA-512) before it " \
+            "lists the brokers: they are added when a client has logged in through the " \
+            "tunnel (clients set security.protocol=SASL_PLAINTEXT, " \
+            "sasl.mechanism=SCRAM-SHA-512)" in said, said  # fmt: skip
+        assert "could not list the brokers" not in said, said
+        scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                 "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
+        topic = f"apache-login-{uuid.uuid4().hex[:6]}"
+        assert produce(bootstrap, topic, MESSAGES, config=scram) == MESSAGES
+        (group,) = apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-g")[2]  # not node 0
+        result = consume_group(bootstrap, group, topic, MESSAGES, timeout=60, config=scram)
+        assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), result.errors[:3]
+    finally:
+        up.stop()
+
+
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
     """scripts/apache-kafka/pom.xml (what the set-up fetches) and the cluster agree."""
     pom = (ROOT / "scripts" / "apache-kafka" / "pom.xml").read_text()

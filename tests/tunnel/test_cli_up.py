@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.localcluster.harness import start_tansu
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.tunnel.control import fetch
@@ -190,3 +191,36 @@ def test_verbosity(cluster: LocalCluster, tmp_path: Path, flag: str, shown: bool
         assert logged is shown, up.output()
     finally:
         up.stop()
+
+
+@pytest.mark.parametrize(
+    ("flags", "protocol"),
+    [([], "SASL_PLAINTEXT"), (["--client-tls"], "SASL_SSL")],
+    ids=["through-its-listener", "client-tls-straight-through"],
+)
+def test_a_listener_that_wants_a_login_is_said_to_want_one(
+    tmp_path: Path, flags: list[str], protocol: str
+) -> None:
+    """tansu with --authentication answers nothing but a login (it closes on Metadata), as
+    a Kafka SASL listener does: up says the listener wants a login and that the brokers
+    come once a client has logged in, not that it "could not list the brokers yet". Asked
+    through the tunnel's own listener, and, with --client-tls, straight through the
+    forwarder; tansu names no mechanism (it echoes the one asked for), so none is shown."""
+    port = free_port_run(1)
+    broker = start_tansu(port, f"127.0.0.1:{port}", authentication=True, silent=True)
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--bootstrap", f"127.0.0.1:{port}", "--exec", "socat STDIO TCP:{host}:{port}",
+         "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
+        name="kafkatunnel-up-login", env={"KAFKATUNNEL_STATE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        up.wait_for_line(r"^bootstrap\.servers=", timeout=30)
+        said = " ".join(up.output().split())
+    finally:
+        up.stop()
+        broker.stop()
+    assert "the bootstrap broker's listener wants a login (SASL) before it lists the brokers: " \
+        "they are added when a client has logged in through the tunnel (clients set " \
+        f"security.protocol={protocol})" in said, said  # fmt: skip
+    assert "could not list the brokers" not in said, said
