@@ -67,27 +67,8 @@ def _session(
         target=lambda: server.append(serving.wrap_socket(accepted, server_side=True))
     )
     handshake.start()
-    if via == "socket":
-        mine = context.wrap_socket(client, server_hostname="localhost")
-        handshake.join(10)
-        mine.setblocking(False)
-        stream: Callable[[], ByteStream] = lambda: SocketTlsStream(mine)  # noqa: E731
-    else:
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        session = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
-        while True:
-            try:
-                session.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                pass
-            client.sendall(outgoing.read())
-            incoming.write(client.recv(1 << 16))
-        client.sendall(outgoing.read())
-        handshake.join(10)
-        client.setblocking(False)
-        fd = client.fileno()
-        stream = lambda: BioTlsStream(fd, fd, session, incoming, outgoing)  # noqa: E731
+    stream = _client_stream(client, context, via)
+    handshake.join(10)
     try:
         yield stream, server[0]
     finally:
