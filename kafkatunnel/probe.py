@@ -121,6 +121,12 @@ def sasl_handshake_request(correlation_id: int) -> bytes:
     return encode_request(request_type(mechanism=PROBE_MECHANISM), correlation_id)
 
 
+# A mechanism's name as RFC 4422 3.1 allows it: the broker's answer is shown to the user
+# and suggested as a client setting, so nothing else of it is (no newline, no escape).
+SASL_MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}\Z", re.IGNORECASE)
+MAX_MECHANISMS = 8
+
+
 def mechanisms_wanted(response: Any) -> tuple[str, ...] | None:
     """The SASL mechanisms a listener wants a login with, from its answer to a SaslHandshake
     for PROBE_MECHANISM (empty: it named none); None: it wants no login. A listener that
@@ -128,7 +134,8 @@ def mechanisms_wanted(response: Any) -> tuple[str, ...] | None:
     mechanisms it enables); one without SASL, as a request out of place."""
     if int(response.error_code) not in (NONE, UNSUPPORTED_SASL_MECHANISM):
         return None
-    return tuple(str(m) for m in response.mechanisms if m != PROBE_MECHANISM)
+    named = (str(m) for m in response.mechanisms if m != PROBE_MECHANISM)
+    return tuple(m for m in named if SASL_MECHANISM.match(m))[:MAX_MECHANISMS]
 
 
 def decode_answer(answer: bytes, api_key: int, version: int) -> Any:

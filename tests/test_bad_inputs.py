@@ -249,3 +249,28 @@ def test_an_unexpected_failure_is_one_message_and_a_bug_report_hint(
     err = capsys.readouterr().err
     assert "RuntimeError: a surprise" in err and "-vv" in err
     assert ("Traceback" in err) == verbose
+
+
+def test_a_listeners_mechanism_names_reach_the_user_only_as_sasl_names() -> None:
+    """The mechanisms a SASL listener names are shown in the log and suggested as a client
+    setting: a name with a newline, an escape or a shell's `;`, or a flood of names, is
+    not passed on; well-formed names are, in the broker's order."""
+    import io
+    import struct
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+    from kio.serial import entity_writer
+
+    from kafkatunnel.probe import decode_answer, mechanisms_wanted
+
+    hostile = ("SCRAM-SHA-512\nWARNING forged", "\x1b[2Jscreen", "PLAIN; rm -rf ~", "x" * 21)
+    named = (*hostile, "SCRAM-SHA-512", "OAUTHBEARER", *(f"M{i}" for i in range(20)))
+    body = io.BytesIO()
+    entity_writer(SaslHandshakeResponse)(
+        body, SaslHandshakeResponse(error_code=ErrorCode.unsupported_sasl_mechanism,
+                                    mechanisms=named))  # fmt: skip
+    payload = struct.pack(">i", 7) + body.getvalue()
+    answer = decode_answer(struct.pack(">i", len(payload)) + payload, 17, 1)
+    wanted = mechanisms_wanted(answer)
+    assert wanted == ("SCRAM-SHA-512", "OAUTHBEARER", *(f"M{i}" for i in range(6)))
