@@ -179,7 +179,12 @@ def run_verify(
         console.print(problem, style="red", soft_wrap=True, markup=False, highlight=False)
     if replay_against:
         keys = sorted({(v.key, v.key_type) for v in report.verdicts})
-        results = replay(keys, replay_against, spark)
+        try:
+            results = replay(keys, replay_against, spark)
+        except Exception as failure:  # a Spark job of its own: it fails as verify's does
+            if spark is None or spark_log is None or not isinstance(failure, spark_errors()):
+                raise
+            return _spark_failed(failure, spark, master, spark_log)
         replayed = Table(title=f"replayed look-ups against {replay_against}", title_justify="left")
         for column in ("key", "coordinator", "checked with", "result"):
             replayed.add_column(column)

@@ -224,12 +224,16 @@ class _Splitter:
         self._pass_on -= count
         if self._parts is not None:
             self._unread_part(count)
-        if not self._pass_on:
-            if self._walk is not None:
-                if not self._unwalked:  # records end the frame: the walk's end (see _next)
-                    self._resume(b"")
-            elif self._parts is not None:
-                self._frame_seen()
+        try:
+            if not self._pass_on:
+                if self._walk is not None:
+                    if not self._unwalked:  # records end the frame: the walk's end (_next)
+                        self._resume(b"")
+                elif self._parts is not None:
+                    self._frame_seen()
+        except ProtocolError:  # the frames seen whole before still count as passed
+            self._before_error = Fed([], (), self._take_passed())
+            raise
         return self._take_passed()
 
     def feed(self, data: Chunk) -> Fed:

@@ -232,6 +232,6 @@ def test_a_client_of_client_tls_gets_close_notify_at_the_end(
 def answers_until_answered(sock: socket.socket) -> list[int]:
     """The correlation id of the first answer, read whole."""
     decoder = FrameDecoder(max_frame_size=1 << 20)
-    while not (frames := decoder.feed(sock.recv(1 << 16))):
-        pass
+    while not (frames := decoder.feed(data := sock.recv(1 << 16))):
+        assert data, "the connection ended before its answer"
     return [int.from_bytes(f[4:8], "big") for f in frames]

@@ -165,6 +165,12 @@ def test_records_that_end_a_frame_its_walk_needs_more_of_are_bad_input_not_a_bug
 
     assert isinstance(cause, ProtocolError) and not isinstance(cause, ConnectionBug), cause
     assert got == (cut if zero_copy else cut[: len(got)])  # spliced: all of it had passed
+    if not zero_copy:  # read: what the protocol layer said passed before the bad bytes
+        alone = Exchange(lambda address: ("127.0.0.1", 19093), rewrite_caps())
+        alone.requests.feed(fetch_request(16, 7))
+        with pytest.raises(ProtocolError):
+            alone.responses.feed(cut)
+        assert got == b"".join(alone.responses.taken_before_error().out) != b""
 
 
 def _encode_answer(records: int) -> bytes:

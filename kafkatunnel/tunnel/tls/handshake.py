@@ -55,6 +55,7 @@ class TlsUpstream(Upstream):
     def end(self) -> None:
         if not self._released:
             self.tls_stream.close_notify()
+            self.tls_stream.close()  # it watches the inner stream's descriptors no more
         self.inner.end()
 
     def release(self) -> None:

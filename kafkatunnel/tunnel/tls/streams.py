@@ -100,7 +100,10 @@ class SocketTlsStream(ByteStream):
         except ssl.SSLWantWriteError:
             self._writer_waits_for((self.write_fd, True))
             return False
-        except ssl.SSLWantReadError:  # a renegotiation: OpenSSL reads it on the next try
+        except ssl.SSLWantReadError:
+            # a renegotiation: OpenSSL reads its handshake itself on the next try, once the
+            # socket is readable (application data ahead of it fails the write; Kafka
+            # brokers never renegotiate)
             self._writer_waits_for((self.read_fd, False))
             return False
         return True
