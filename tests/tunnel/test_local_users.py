@@ -92,6 +92,10 @@ def test_status_and_recordings_are_the_owners_alone(
     """Each file's own mode keeps nobody out: its directories are opened to nobody first,
     and each refusal is shown to turn into access once that mode is widened."""
     assert produce(running.bootstrap_servers, "owner-only", 5) == 5
+    wait_for(  # a connection still ending would add to the recording between two reads
+        lambda: not any(e["connections"] for e in running.status()["endpoints"]),
+        timeout=30, what="the producer's connections to end in the tunnel",
+    )  # fmt: skip
     assert running.tunnel.recorder is not None and running.tunnel.recorder.sync()
     control = running.status()["control"]
     assert control.startswith("unix:")
