@@ -16,7 +16,7 @@ from kafkatunnel.tunnel.relay import ZERO_COPY, ConnectionBug, Pump
 from kafkatunnel.tunnel.streams import PlainStream
 from tests.kio_messages import fetch_request, response_frame
 from tests.protocol.test_streaming import FETCH, _answer_with_endpoint, _records_start
-from tests.tunnel.test_learning import Learner, ask, metadata_answer
+from tests.tunnel.test_learning import Learner, ask, fed, metadata_answer
 
 T = TypeVar("T")
 # Bad bytes after a whole answer: a frame of negative size, or an answer to no request.
@@ -99,13 +99,7 @@ def rewritten(answer: bytes, correlation_id: int) -> bytes:
     learner = Learner()
     exchange = Exchange(learner.registry.map, rewrite_caps())
     exchange.requests.feed(ask(correlation_id))
-    fed = exchange.responses.feed(answer)
-    chunks = list(fed.out)
-    while fed.unknown_brokers:
-        learner.learn(fed.unknown_brokers)
-        fed = exchange.responses.resume()
-        chunks += fed.out
-    return b"".join(chunks)
+    return fed(exchange, answer, learner)
 
 
 @LOOPS
