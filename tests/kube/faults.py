@@ -36,7 +36,7 @@ def every_group_works(cluster: LocalCluster, bootstrap: str, topic: str) -> None
     groups = {gs[0]: 40 for gs in cluster.groups_by_coordinator(1, prefix=f"{topic}-g").values()}
     results = consume_groups(bootstrap, groups, topic, timeout=60)
     for group, result in results.items():
-        assert result.consumed == 40 and result.coordinator_errors == [], group
+        assert result.consumed == 40 and result.coordinator_errors == [], (group, result)
 
 
 def ready_routes(tunnel: BackgroundTunnel) -> dict[int, str] | None:
