@@ -12,6 +12,8 @@ import pytest
 from kafkatunnel.localcluster import LocalCluster, isolation_problem
 from kafkatunnel.localcluster.netns import list_harness_namespaces
 
+pytest_plugins = ["tests.scheduling"]
+
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
 for _variable in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):
     os.environ.pop(_variable, None)

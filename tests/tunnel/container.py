@@ -1,7 +1,8 @@
 """A container as Docker makes one on Linux, without Docker: its own network namespace,
 joined by a veth pair to a bridge on the host (as docker0) that holds HOST_ADDRESS on a
 link-local /30, and its own /etc/hosts naming the host `host.docker.internal` (as Docker's
-`host-gateway` does)."""
+`host-gateway` does). Each worker of a parallel run has a /30 of its own: two bridges
+holding one address would take each other's traffic."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from kafkatunnel.localcluster.netns import NetworkNamespace
 
-HOST_ADDRESS = "169.254.99.1"
-CONTAINER_ADDRESS = "169.254.99.2"
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+HOST_ADDRESS = f"169.254.{99 + _WORKER}.1"
+CONTAINER_ADDRESS = f"169.254.{99 + _WORKER}.2"
 HOST_NAME = "host.docker.internal"
 _serial = itertools.count()
 

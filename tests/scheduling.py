@@ -1,0 +1,137 @@
+"""How the suite runs side by side (pytest-xdist, `--dist loadgroup`).
+
+Tests that share a world wider than one test (a module's or a package's fixture, or a
+Spark session) go to one worker together, so that world starts once per run. Tests marked
+`alone` change something of the whole machine or measure time: they run while no other
+test runs, and other tests wait meanwhile. Everything else runs on any worker, each
+with its own mock cluster in its own network namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+# Session-scoped worlds worth one worker: a JVM. The mock cluster (`cluster`) starts in a
+# second or two, so each worker has its own; so are the other session fixtures.
+SHARED_SESSION_WORLDS = frozenset({"spark"})
+WIDER_THAN_A_TEST = frozenset({"class", "module", "package"})
+
+
+def world_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """nodeid -> group, for tests that share a world: tests joined by one, directly or
+    through each other, form one group."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    worlds: dict[str, list[str]] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        keys = [
+            f"{definition.baseid or '.'}::{name}"
+            for name in info.names_closure
+            for definition in info.name2fixturedefs.get(name, ())
+            if definition.scope in WIDER_THAN_A_TEST or name in SHARED_SESSION_WORLDS
+        ]
+        if keys:
+            worlds[item.nodeid] = keys
+            for key in keys[1:]:
+                parent[root(key)] = root(keys[0])
+    return {nodeid: root(keys[0]) for nodeid, keys in worlds.items()}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for nodeid, group in world_groups(items).items():
+        item = next(i for i in items if i.nodeid == nodeid)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+LOCKS = "KT_TEST_LOCKS"  # the run's lock directory, made by the controller
+
+
+TERMINAL = "KT_TEST_TERMINAL"  # the controller's COLUMNS and LINES, for its workers
+STATE = "KAFKATUNNEL_STATE_DIR"  # where `up --detach`, `status` and `down` meet
+_made: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of a parallel run makes the lock directory its workers inherit. Each
+    worker (or a run without workers) keeps the tunnels it starts in a state directory of
+    its own, so `status` and `down` in one test never meet another worker's tunnel, nor the
+    user's own."""
+    if hasattr(config, "workerinput"):
+        # a worker starts with COLUMNS=80 and LINES=24, which the run never had: the
+        # commands under test would lay out their messages for an 80-column terminal
+        for variable, value in json.loads(os.environ.get(TERMINAL, "{}")).items():
+            if value is None:
+                os.environ.pop(variable, None)
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        if STATE not in os.environ:
+            os.environ[STATE] = tempfile.mkdtemp(prefix="kt-state-")
+            _made.append(os.environ[STATE])
+    else:
+        os.environ[TERMINAL] = json.dumps({v: os.environ.get(v) for v in ("COLUMNS", "LINES")})
+    if LOCKS not in os.environ and config.getoption("numprocesses", None):
+        os.environ[LOCKS] = tempfile.mkdtemp(prefix="kafkatunnel-tests-")
+        _made.append(os.environ[LOCKS])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for made in _made:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def turn(alone: bool) -> Iterator[None]:
+    """A readers-writer lock over the run's workers: a test alone holds it exclusively;
+    others share it. The turnstile makes a waiting `alone` test stop new tests from
+    starting, so it is not starved by a stream of shared holders."""
+    where = os.environ.get(LOCKS)
+    if where is None:  # one test after another
+        yield
+        return
+    turnstile, lock = Path(where) / "turnstile", Path(where) / "lock"
+    if alone:
+        with _locked(turnstile, fcntl.LOCK_EX), _locked(lock, fcntl.LOCK_EX):
+            yield
+        return
+    with _locked(turnstile, fcntl.LOCK_EX):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Each test's set-up, call and tear-down (where shared worlds start and stop) in turn."""
+    with turn(item.get_closest_marker("alone") is not None):
+        return (yield)
