@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, isolation_problem
+from kafkatunnel.localcluster.apache import JIT
 from kafkatunnel.localcluster.netns import list_harness_namespaces
 
 pytest_plugins = ["tests.scheduling"]
+
+# Spark's drivers (the `spark` session, every `kafkatunnel verify` the tests run) with the
+# client compiler only, as the test brokers: a third less CPU for the same verdicts
+# (scripts/bench_test_jvms.py). A user's own SPARK_SUBMIT_OPTS is kept.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JIT)
 
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
 for _variable in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import HEAP, KAFKA_VERSION, LOG4J, ApacheKafka
+from kafkatunnel.localcluster.apache import HEAP, JIT, KAFKA_VERSION, LOG4J, ApacheKafka
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
@@ -135,7 +135,7 @@ class ApicurioRegistry:
         self.process: ManagedProcess | None = None
 
     def start(self) -> ApicurioRegistry:
-        argv = ["java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC",
+        argv = ["java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", JIT,
                 f"-Dquarkus.http.host={REGISTRY_ADDRESS}", f"-Dquarkus.http.port={REGISTRY_PORT}",
                 "-jar", str(self.home / "apicurio-registry-runner-1-runner.jar")]  # fmt: skip
         self.process = ManagedProcess(self.kafka.inside(argv), name=self.name)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster.apache import ApacheKafka
+from kafkatunnel.localcluster.apache import JIT, ApacheKafka
 from kafkatunnel.protocol import api_title
 from tests.apache.test_apache_kafka import tunnel
 
@@ -84,7 +84,7 @@ def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFac
 
 
 def java(classpath: str, protocol: str) -> tuple[Produce, Consume]:
-    base = ["java", "-Xmx256m", "-cp", classpath, "JavaClient"]
+    base = ["java", "-Xmx256m", JIT, "-cp", classpath, "JavaClient"]
     return (
         lambda b, t, n: _said([*base, "produce", b, t, str(n)], "PRODUCED"),
         lambda b, t, g, n: _said([*base, "consume", b, t, g, str(n), protocol], "CONSUMED"),
@@ -261,11 +261,11 @@ def test_the_java_client_in_share_groups(
     """KIP-932 share groups (a preview in Kafka 4.1, its `share.version` feature on): a share
     group on every coordinator, each set to start at the earliest record with Kafka's own
     kafka-configs through the tunnel, reads every message with KafkaShareConsumer."""
-    base = ["java", "-Xmx256m", "-cp", java_classes, "JavaClient"]
+    base = ["java", "-Xmx256m", JIT, "-cp", java_classes, "JavaClient"]
 
     def share(bootstrap: str, topic: str, group: str, count: int) -> int:
         earliest = "share.auto.offset.reset=earliest"
-        configs = ["java", "-Xmx256m", "-cp", java_classes, "kafka.admin.ConfigCommand",
+        configs = ["java", "-Xmx256m", JIT, "-cp", java_classes, "kafka.admin.ConfigCommand",
                    "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
                    "--entity-name", group, "--add-config", earliest]  # fmt: skip
         subprocess.run(configs, check=True, capture_output=True, timeout=DEADLINE)

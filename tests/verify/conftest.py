@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafkatunnel.localcluster import free_port
+from kafkatunnel.localcluster.apache import JIT
 from kafkatunnel.localcluster.processes import ManagedProcess
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -31,7 +32,8 @@ def spark_master() -> Iterator[str]:
 
     home = Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1", **S3_CREDENTIALS}  # fmt: skip
+           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": JIT,
+           **S3_CREDENTIALS}  # fmt: skip
     spark_class = str(home / "bin" / "spark-class")
     port = free_port()
     master = ManagedProcess(
