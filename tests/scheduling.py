@@ -54,11 +54,25 @@ def world_groups(items: list[pytest.Item]) -> dict[str, str]:
     return {nodeid: root(keys[0]) for nodeid, keys in worlds.items()}
 
 
+# What a `quick` test may not use: a cluster, a JVM, an engine, an API server
+WORLDS = frozenset({"cluster", "apache_kafka", "docker", "spark", "spark_master", "s3_server",
+                    "world", "apiserver", "make_tunnel"})  # fmt: skip
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for nodeid, group in world_groups(items).items():
-        item = next(i for i in items if i.nodeid == nodeid)
-        if item.get_closest_marker("xdist_group") is None:
+    heavy = [
+        f"{item.nodeid} uses {sorted(used)}"
+        for item in items
+        if item.get_closest_marker("quick")
+        and (used := WORLDS & set(getattr(item, "fixturenames", ())))
+    ]
+    if heavy:
+        raise pytest.UsageError("tests marked quick that are not:\n" + "\n".join(heavy))
+    groups = world_groups(items)
+    for item in items:
+        group = groups.get(item.nodeid, "alone" if _alone(item) else None)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -75,6 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker (or a run without workers) keeps the tunnels it starts in a state directory of
     its own, so `status` and `down` in one test never meet another worker's tunnel, nor the
     user's own."""
+    config.pluginmanager.register(_Turns(), "kafkatunnel-turns")
     if hasattr(config, "workerinput"):
         # a worker starts with COLUMNS=80 and LINES=24, which the run never had: the
         # commands under test would lay out their messages for an 80-column terminal
@@ -130,8 +145,32 @@ def turn(alone: bool) -> Iterator[None]:
         os.close(fd)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """Each test's set-up, call and tear-down (where shared worlds start and stop) in turn."""
-    with turn(item.get_closest_marker("alone") is not None):
-        return (yield)
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
+class _Turns:
+    """The turn of this worker's tests. Tests marked `alone` are one group, run one after
+    another: the exclusive turn is taken once for them all and given back after the last,
+    so the other workers drain once, not before each."""
+
+    def __init__(self) -> None:
+        self.held: contextlib.ExitStack | None = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
+        """Each test's set-up, call and tear-down (where shared worlds start and stop)."""
+        if not _alone(item):
+            with turn(alone=False):
+                return (yield)
+        if self.held is None:
+            self.held = contextlib.ExitStack()
+            self.held.enter_context(turn(alone=True))
+        try:
+            return (yield)
+        finally:
+            if not _alone(nextitem):
+                self.held.close()
+                self.held = None

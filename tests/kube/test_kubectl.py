@@ -142,6 +142,7 @@ def test_rbac_forbids_port_forwarding(cluster: LocalCluster, world: World, kubec
         asyncio.run(open_one())
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_up_exits_when_port_forwarding_is_forbidden(world: World, kubectl: str) -> None:
     """Before printing bootstrap.servers: the first forward fails, and `up` says which verb
     on which resource is missing instead of serving and logging it every few seconds. A

@@ -212,6 +212,7 @@ def _exec_plugin(command: str) -> str:
     )
 
 
+@pytest.mark.alone  # a bound on elapsed time
 @needs_kubectl
 @pytest.mark.parametrize("version", list(KUBECTLS))
 def test_a_context_kubectl_cannot_use_is_explained(

@@ -76,6 +76,7 @@ def answers_until_the_end(sock: socket.socket, within: float) -> list[int]:
     return answered
 
 
+@pytest.mark.alone  # a bound on elapsed time
 @LOOPS
 @COPIES
 def test_a_client_that_ends_its_sending_gets_every_answer_then_the_end(

@@ -64,6 +64,7 @@ def test_garbage_loses_only_its_own_connection(
     assert result.consumed == 20
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_unreachable_broker_closes_the_client_promptly_and_says_why(
     cluster: LocalCluster, make_tunnel: MakeTunnel
 ) -> None:

@@ -1,0 +1,90 @@
+"""The suite's own scheduling (tests/scheduling.py), run as the suite runs: pytest-xdist
+workers over a small suite that writes down where and when each test ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SUITE = """
+import json, os, time
+import pytest
+
+LOG = os.environ["KT_SCHEDULING_LOG"]
+
+def note(name, started):
+    with open(LOG, "a") as log:
+        log.write(json.dumps({"test": name, "worker": os.environ["PYTEST_XDIST_WORKER"],
+                              "start": started, "end": time.time()}) + "\\n")
+
+@pytest.fixture(scope="module")
+def world():
+    return object()
+
+@pytest.mark.parametrize("n", range(4))
+def test_in_a_world(world, n):
+    started = time.time(); time.sleep(0.2); note(f"world-{n}", started)
+
+@pytest.mark.parametrize("n", range(8))
+def test_anywhere(n):
+    started = time.time(); time.sleep(0.3); note(f"anywhere-{n}", started)
+
+@pytest.mark.alone
+@pytest.mark.parametrize("n", range(3))
+def test_alone(n):
+    started = time.time(); time.sleep(0.4); note(f"alone-{n}", started)
+"""
+
+
+def test_worlds_share_a_worker_and_alone_tests_run_while_nothing_else_does(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "test_small.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    alone: runs alone\n    quick: quick\n"
+    )
+    log = tmp_path / "log.jsonl"
+    env = {**os.environ, "KT_SCHEDULING_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    env.pop("KT_TEST_LOCKS", None)  # the small suite's own run, not this one's
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--numprocesses=3",
+         "--dist=loadgroup", "test_small.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == 15
+    assert len({r["worker"] for r in runs if r["test"].startswith("world-")}) == 1
+    assert len({r["worker"] for r in runs}) == 3  # the rest did run side by side
+    alone = [r for r in runs if r["test"].startswith("alone-")]
+    others = [r for r in runs if not r["test"].startswith("alone-")]
+    for a in alone:
+        overlapping = [o["test"] for o in others if o["start"] < a["end"] and a["start"] < o["end"]]
+        assert not overlapping, (a, overlapping)
+
+
+@pytest.mark.quick
+def test_a_quick_test_that_uses_a_world_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "test_small.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef cluster():\n    return 1\n\n"
+        "@pytest.mark.quick\ndef test_it(cluster):\n    pass\n"
+    )
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: a\n    quick: q\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_small.py"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "tests marked quick that are not" in result.stdout + result.stderr
+    assert "test_it uses ['cluster']" in result.stdout + result.stderr
