@@ -17,6 +17,8 @@ from kafkatunnel.cli.main import app
 from kafkatunnel.cli.settings import add_environment_variables
 from tests.verify.conftest import DATA
 
+pytestmark = pytest.mark.quick
+
 ROUTED = DATA / "recordings" / "routed"
 ELLIPSIS = "…"
 

@@ -21,6 +21,8 @@ from kafkatunnel.files import (
     write_whole,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def test_files_are_written_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -17,6 +17,8 @@ from kafkatunnel.hostnames import (
 )
 from tests.tunnel.hostile import PUBLIC, PUBLIC_LOOKALIKES
 
+pytestmark = pytest.mark.quick
+
 GOOD = [
     "kafka-0.kafka-headless.shop.svc.cluster.local",
     "my-cluster-kafka-0.my-cluster-kafka-brokers.myproject.svc",  # Strimzi

@@ -8,6 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.quick
+
 PACKAGE = Path(__file__).resolve().parent.parent / "kafkatunnel"
 
 # Each part of the package and its layer: a part imports only parts of lower layers (and

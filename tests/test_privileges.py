@@ -18,6 +18,8 @@ import kafkatunnel
 from kafkatunnel.hostnames import ClusterZones, UntrustedName
 from kafkatunnel.privileges import MAX_NAMES, MAX_REQUEST, SetupRequest, _serve, checked_setup
 
+pytestmark = pytest.mark.quick
+
 BROKER = "kafka-0.kafka-headless.demo.svc.cluster.local"
 ZONES = ClusterZones.of([BROKER])
 GOOD = {"method": "hosts", "names": {BROKER: "127.0.0.2"}, "domains": ["cluster.local"],

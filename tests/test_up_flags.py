@@ -26,6 +26,8 @@ from kafkatunnel.cli.up_options import (
 from kafkatunnel.tunnel import SettingError, TunnelConfig
 from kafkatunnel.tunnel.tls import TlsOptions, client_context
 
+pytestmark = pytest.mark.quick
+
 EXEC = "socat STDIO TCP:{host}:{port}"
 REACH = Reach(bootstrap="kafka-0.kafka:9092", exec_template=EXEC)
 DNS = ("127.0.0.1", 53)

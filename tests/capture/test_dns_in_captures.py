@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from dnslib import AAAA, CNAME, QTYPE, RR, A, DNSRecord
 
 from kafkatunnel.capture.packets import LINKTYPE_IPV4, dns_from_udp, tcp_segment
 from kafkatunnel.capture.pcapng import Packet
 from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
+
+pytestmark = pytest.mark.quick
 
 NAME = "kafka-1.kafka-headless.shop.svc.cluster.local"
 

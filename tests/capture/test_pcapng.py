@@ -23,6 +23,8 @@ from kafkatunnel.capture.packets import (
 )
 from kafkatunnel.capture.pcapng import CaptureFormatError, Packet, PcapngReader
 
+pytestmark = pytest.mark.quick
+
 
 def test_blocks_round_trip_with_interfaces_and_nanosecond_times() -> None:
     data = (

@@ -35,6 +35,8 @@ from tests.kio_messages import (
     responses,
 )
 
+pytestmark = pytest.mark.quick
+
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -21,6 +21,8 @@ from kafkatunnel.capture.recorder import Listener, Recorder
 from kafkatunnel.verify.calls import FileDecoder
 from tests.kio_messages import encode, request_frame, response_frame
 
+pytestmark = pytest.mark.quick
+
 LISTENER = Listener(2, "kafka-1.kafka-headless.shop.svc.cluster.local:9092", "127.0.0.1:19094")
 CLIENT, SERVER = ("127.0.0.1", 40001), ("127.0.0.1", 19094)
 

@@ -43,6 +43,8 @@ from tests.kio_messages import (
 )
 from tests.kio_messages import responses as response_messages
 
+pytestmark = pytest.mark.quick
+
 FAST = settings(
     max_examples=40,
     deadline=None,

@@ -12,6 +12,8 @@ from kafkatunnel.dns.answer import _fit, _udp_limit
 from kafkatunnel.hostnames import ClusterZones
 from tests.dns import names_of
 
+pytestmark = pytest.mark.quick
+
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 
 

@@ -25,6 +25,8 @@ from kafkatunnel.dns.server import DnsServer
 from kafkatunnel.ratelimit import RateLimitedLog
 from tests.dns import names_of
 
+pytestmark = pytest.mark.quick
+
 FULL = "kafka-{}.kafka-headless.demo.svc.cluster.local"
 EMPTY_NON_TERMINALS = [
     "cluster.local", "svc.cluster.local", "demo.svc.cluster.local",

@@ -8,6 +8,8 @@ import pytest
 
 from kafkatunnel.dns.resolver import loopback_alias_commands, setup, state_file, teardown
 
+pytestmark = pytest.mark.quick
+
 NAMES = {
     "kafka-0.kafka-headless.demo.svc.cluster.local": "127.0.0.2",
     "kafka-0.kafka-headless": "127.0.0.2",

@@ -8,12 +8,15 @@ import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from dnslib import RCODE, DNSRecord
 
 from kafkatunnel.dns import DnsServer, Zone
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.waiting import async_wait_for
 from tests.dns import names_of
+
+pytestmark = pytest.mark.quick
 
 NAME = "kafka-0.kafka-headless.demo.svc.cluster.local"
 

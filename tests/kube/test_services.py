@@ -25,6 +25,8 @@ from kafkatunnel.kube.services import (
 )
 from kafkatunnel.waiting import async_wait_for
 
+pytestmark = pytest.mark.quick
+
 
 def item(name: str, namespace: str = "shop", **spec: Any) -> dict[str, Any]:
     labels = spec.pop("labels", {})

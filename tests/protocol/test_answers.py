@@ -29,6 +29,8 @@ from kafkatunnel.protocol import (
 )
 from tests.kio_messages import encode, request_frame, response_frame
 
+pytestmark = pytest.mark.quick
+
 NO_TIME = i32Timedelta.parse(datetime.timedelta(0))
 ASK = MetadataRequest(
     topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False

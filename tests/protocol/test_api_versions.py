@@ -16,6 +16,8 @@ from kafkatunnel.protocol import cap_api_versions, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
 from tests.kio_messages import decode, encode, response_body, response_frame, responses
 
+pytestmark = pytest.mark.quick
+
 CAPS = rewrite_caps()
 API_VERSIONS = 18
 

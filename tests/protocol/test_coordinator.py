@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from kafkatunnel.protocol.coordinator import java_string_hash, kafka_abs, partition_for
 
+pytestmark = pytest.mark.quick
+
 JDK = Path(__file__).parent.parent / "data" / "jdk"
 VECTORS = [line.split("\t") for line in (JDK / "coordinator_vectors.tsv").read_text().splitlines()]
 

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from kafkatunnel.protocol import FrameDecoder, FrameSizeError, TruncatedFrame, frame
 
+pytestmark = pytest.mark.quick
+
 
 @given(
     payloads=st.lists(st.binary(max_size=300), max_size=20),

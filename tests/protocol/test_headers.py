@@ -22,6 +22,8 @@ from kafkatunnel.protocol import (
 from kafkatunnel.protocol.schema import known_versions
 from tests.kio_messages import request_frame, requests
 
+pytestmark = pytest.mark.quick
+
 PRODUCE_VERSIONS = list(known_versions(0))
 SAMPLE_APIS = [(0, v) for v in PRODUCE_VERSIONS] + [
     (key, version) for key in (3, 8, 10, 11, 18, 22, 68) for version in known_versions(key)

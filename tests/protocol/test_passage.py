@@ -29,6 +29,8 @@ from kafkatunnel.protocol.passage import Chunk, Direction, Exchange, FramePassed
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps, rewrite_response
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 
+pytestmark = pytest.mark.quick
+
 NO_TIME = i32Timedelta.parse(datetime.timedelta(0))
 
 

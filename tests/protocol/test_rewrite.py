@@ -38,6 +38,8 @@ from tests.kio_messages import (
     responses,
 )
 
+pytestmark = pytest.mark.quick
+
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 ADDRESSED = [
     (key, version)

@@ -39,6 +39,8 @@ from tests.kio_messages import (
 )
 from tests.protocol.test_passage import drive
 
+pytestmark = pytest.mark.quick
+
 FETCH = 1
 STREAMED = [v for v in range(19) if streamable(FETCH, v) is not None]
 RECORDS_MARK = bytes(range(1, 40))  # where a test answer's records begin

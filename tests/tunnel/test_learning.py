@@ -15,6 +15,8 @@ from kafkatunnel.protocol import BrokerAddress, Exchange, addresses_in, rewrite_
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint
 from tests.kio_messages import encode, request_frame, response_frame
 
+pytestmark = pytest.mark.quick
+
 BOOTSTRAP_PORT = 19092
 
 

@@ -10,6 +10,8 @@ import pytest
 from kafkatunnel.protocol import BrokerAddress
 from kafkatunnel.tunnel.registry import REFUSED_REMEMBERED, BrokerRegistry, refused_address
 
+pytestmark = pytest.mark.quick
+
 
 def test_a_repeated_answer_is_refused_once(caplog: pytest.LogCaptureFixture) -> None:
     """Clients refresh metadata every few minutes: the same refused brokers must not be

@@ -18,6 +18,8 @@ from tests.kio_messages import fetch_request, response_frame
 from tests.protocol.test_streaming import FETCH, _answer_with_endpoint, _records_start
 from tests.tunnel.test_learning import Learner, ask, fed, metadata_answer
 
+pytestmark = pytest.mark.quick
+
 T = TypeVar("T")
 # Bad bytes after a whole answer: a frame of negative size, or an answer to no request.
 BROKEN = {

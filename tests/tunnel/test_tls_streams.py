@@ -31,6 +31,8 @@ from kafkatunnel.tunnel.tls.streams import TLS_RECORD, BioTlsStream, SocketTlsSt
 from kafkatunnel.waiting import wait_for
 from tests.pki import Issued, TestAuthority
 
+pytestmark = pytest.mark.quick
+
 T = TypeVar("T")
 
 # Plaintext per TLS record: a full one first (so the stream reads in bulk), then records

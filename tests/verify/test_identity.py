@@ -3,6 +3,8 @@ conflicts, ambiguity, and the sightings one group's events give."""
 
 from __future__ import annotations
 
+import pytest
+
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import CALL, LOOKUP, Event
 from kafkatunnel.verify.identity import (
@@ -17,6 +19,8 @@ from kafkatunnel.verify.identity import (
     sightings_of,
 )
 from kafkatunnel.verify.resolutions import DnsAnswer
+
+pytestmark = pytest.mark.quick
 
 NAME = "kafka-1.kafka-headless.shop.svc.cluster.local"
 RELAY = "127.0.0.3:9092"

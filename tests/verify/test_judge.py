@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kafkatunnel.protocol import partition_for
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import CALL, LOOKUP, Event
 from kafkatunnel.verify.judge import MISROUTED, OK, UNVERIFIED, Facts, LeaderSnapshot, judge
+
+pytestmark = pytest.mark.quick
 
 JOIN, SYNC, HEARTBEAT, COMMIT = 11, 14, 12, 8
 

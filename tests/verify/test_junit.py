@@ -22,6 +22,8 @@ from kafkatunnel.verify.job import Report, verify_local
 from kafkatunnel.verify.junit import junit_xml
 from tests.verify.conftest import ROUTED
 
+pytestmark = pytest.mark.quick
+
 FIND_COORDINATOR = b"\x00\x0a"
 SAMPLE = read_sample(sorted(ROUTED.iterdir()))
 OK_TAG = b"fine-000001"

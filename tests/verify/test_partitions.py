@@ -22,6 +22,8 @@ from kafkatunnel.verify.partitions import (
 )
 from tests.kio_messages import encode, request_frame, requests, response_frame, responses
 
+pytestmark = pytest.mark.quick
+
 PARTITION_FIELDS = ("partition_index", "index", "partition")
 ZERO = uuid.UUID(int=0)
 

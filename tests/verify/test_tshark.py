@@ -12,7 +12,10 @@ from kafkatunnel.verify.calls import FileDecoder, listener_of
 from tests.tshark import kafka_frames
 from tests.verify.conftest import CAPTURES, ROUTED, SINGLE_FORWARD
 
-pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+pytestmark = [
+    pytest.mark.quick,
+    pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed"),
+]
 
 
 def _ours(path: Path) -> tuple[list[tuple[int, int, bool]], list[int]]:
