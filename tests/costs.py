@@ -1,8 +1,8 @@
 """What each test costs: wall time against the CPU time its own processes used (this
 process's and its reaped children's), one JSON line per test into $KT_TEST_COSTS.
-`python -m pytest -p tests.costs` with KT_TEST_COSTS=FILE; scripts/suite_costs.py reads
-the file. A test whose CPU is far below its wall time is waiting: on a start-up, a
-deadline, a peer."""
+`KT_TEST_COSTS=FILE python -m pytest -p tests.costs`. A test whose CPU is far below its
+wall time is waiting: on a start-up, a deadline, a peer. Processes a test leaves to others
+to reap (a JVM pyspark starts, a daemon) are not counted."""
 
 from __future__ import annotations
 
