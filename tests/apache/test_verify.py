@@ -81,9 +81,11 @@ def test_verify_judges_a_recording_and_a_single_forwards_capture(
                               "3", "20")  # fmt: skip
             return out.stdout.strip()
 
-        with ThreadPoolExecutor(6) as pool:
-            consumed = dict(zip(groups, pool.map(consume, groups.values()), strict=True))
-            committed = dict(zip(ids, pool.map(transact, ids.values()), strict=True))
+        with ThreadPoolExecutor(6) as pool:  # the groups and transactions at once
+            consuming = pool.map(consume, groups.values())
+            transacting = pool.map(transact, ids.values())
+            consumed = dict(zip(groups, consuming, strict=True))
+            committed = dict(zip(ids, transacting, strict=True))
     assert consumed[0].startswith(f"CONSUMED {expected} NOT_COORDINATOR 0"), consumed
     assert committed[0] == "COMMITTED 3", committed
     for node in (1, 2):

@@ -167,7 +167,10 @@ def test_tls_with_hostname_verification_in_transparent_mode(
 
         other_ca = _certificates(tmp_path / "other-ca", TANSU_HOST)["ca.pem"]
         untrusted = {
-            "KAFKATUNNEL_CLIENT_CONFIG": json.dumps({**tls, "ssl.ca.location": str(other_ca)})
+            # the refused produce gives up after 3 s, not after the flush's 30
+            "KAFKATUNNEL_CLIENT_CONFIG": json.dumps(
+                {**tls, "ssl.ca.location": str(other_ca), "message.timeout.ms": 3000}
+            )
         }
         refused = _run_in(
             laptop, sys.executable, "-m", "kafkatunnel.localcluster.workload", "produce",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from kafkatunnel.localcluster.workload import consume_group, produce
 
@@ -17,10 +18,12 @@ from kafkatunnel.localcluster.workload import consume_group, produce
 def main(topic: str, count: str, *groups: str) -> int:
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     print(f"PRODUCED {produce(bootstrap, topic, int(count))}", flush=True)
-    for group in groups:
-        result = consume_group(bootstrap, group, topic, int(count), timeout=60)
-        print(f"CONSUMED {group} {result.consumed} NOT_COORDINATOR {result.not_coordinator}",
-              flush=True)  # fmt: skip
+    with ThreadPoolExecutor(len(groups) or 1) as pool:  # as an application's consumers run
+        results = pool.map(lambda g: consume_group(bootstrap, g, topic, int(count), timeout=60),
+                           groups)  # fmt: skip
+        for group, result in zip(groups, results, strict=True):
+            print(f"CONSUMED {group} {result.consumed} NOT_COORDINATOR {result.not_coordinator}",
+                  flush=True)  # fmt: skip
     return 0
 
 

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,12 +157,18 @@ def run_under_faults(
         for t in threads:
             t.join(300)
     size = log_size(tunnel.bootstrap_servers, topic)
-    log = consume_group(tunnel.bootstrap_servers, f"{topic}-reader", topic, size, timeout=120)
+    # the reader and each group's rest at once: each is a join of its own (3 s on the mock)
+    with ThreadPoolExecutor(len(results) + 1) as pool:
+        reading = pool.submit(consume_group, tunnel.bootstrap_servers, f"{topic}-reader", topic,
+                              size, timeout=120)  # fmt: skip
+        rests = {group: pool.submit(consume_group, tunnel.bootstrap_servers, group, topic,
+                                    size - len(first.values), timeout=120,
+                                    dedupe_by_offset=True)
+                 for group, first in results.items()}  # fmt: skip
+        log = reading.result()
     finished = {}
     for group, first in results.items():
-        rest = consume_group(tunnel.bootstrap_servers, group, topic,
-                             size - len(first.values), timeout=120,
-                             dedupe_by_offset=True)  # fmt: skip
+        rest = rests[group].result()
         first.values += rest.values  # from the group's committed offsets, after the faults
         first.redelivered += rest.redelivered
         finished[group] = first

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,12 @@ def test_a_container_uses_groups_on_every_coordinator_at_host_docker_internal(
             assert bootstrap == f"{HOST_NAME}:{port}"
             produced = box.python(*WORKLOAD, "produce", bootstrap, topic, str(MESSAGES))
             assert produced.stdout.startswith(f"PRODUCED {MESSAGES}"), produced.stderr[-2000:]
-            for node, (group,) in sorted(spread.items()):
-                consumed = box.python(*WORKLOAD, "consume", bootstrap, group, topic,
-                                      str(MESSAGES), "60")  # fmt: skip
+            with ThreadPoolExecutor(len(spread)) as pool:  # a 3 s join each, all at once
+                runs = {node: pool.submit(box.python, *WORKLOAD, "consume", bootstrap, group,
+                                          topic, str(MESSAGES), "60")
+                        for node, (group,) in sorted(spread.items())}  # fmt: skip
+            for node, run in runs.items():
+                consumed = run.result()
                 assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
                     node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
             aio = box.python("tests/tunnel/aio_consume.py", bootstrap, topic, str(MESSAGES),
@@ -107,12 +111,16 @@ def test_for_containers_serves_the_bridge_and_loopback_in_one_run(
             inside = said_inside.group(1)
             assert (host, inside) == (f"127.0.0.1:{port}", f"{told or HOST_ADDRESS}:{port}")
             assert produce(host, topic, MESSAGES) == MESSAGES
-            for node, (theirs, ours, _) in sorted(spread.items()):
-                consumed = box.python(*WORKLOAD, "consume", inside, theirs, topic,
-                                      str(MESSAGES), "60")  # fmt: skip
+            with ThreadPoolExecutor(2 * len(spread)) as pool:  # a 3 s join each, all at once
+                runs = {node: (pool.submit(box.python, *WORKLOAD, "consume", inside, theirs,
+                                           topic, str(MESSAGES), "60"),
+                               pool.submit(consume_group, host, ours, topic, MESSAGES,
+                                           timeout=60))
+                        for node, (theirs, ours, _) in sorted(spread.items())}  # fmt: skip
+            for node, (in_container, on_host) in runs.items():
+                consumed, mine = in_container.result(), on_host.result()
                 assert consumed.stdout.startswith(f"CONSUMED {MESSAGES} NOT_COORDINATOR 0"), (
                     node, consumed.stdout, consumed.stderr[-2000:])  # fmt: skip
-                mine = consume_group(host, ours, topic, MESSAGES, timeout=60)
                 assert (mine.consumed, mine.coordinator_errors) == (MESSAGES, []), node
             aio_groups = [groups[2] for groups in spread.values()]  # one per coordinator
             aio = box.python("tests/tunnel/aio_consume.py", inside, topic, str(MESSAGES),

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kafkatunnel.doctor import (
@@ -77,10 +78,13 @@ def test_a_group_on_each_broker_joins_through_the_tunnel_not_through_one_forward
     cluster: LocalCluster, make_tunnel: MakeTunnel
 ) -> None:
     tunnel = make_tunnel()
-    assert [smoke_group(tunnel.bootstrap_servers, n).status for n in (1, 2, 3)] == [PASS] * 3
-    leader = cluster.mock[0]
-    with SingleForward(cluster, leader):
-        results = {n: smoke_group(leader.address, n) for n in (1, 2, 3)}
+    with ThreadPoolExecutor(3) as pool:  # each join waits 3 s on the mock: all at once
+        assert list(pool.map(lambda n: smoke_group(tunnel.bootstrap_servers, n).status,
+                             (1, 2, 3))) == [PASS] * 3  # fmt: skip
+        leader = cluster.mock[0]
+        with SingleForward(cluster, leader):
+            results = dict(zip((1, 2, 3), pool.map(lambda n: smoke_group(leader.address, n),
+                                                   (1, 2, 3)), strict=True))  # fmt: skip
     assert results[leader.node_id].status == PASS
     for node, result in results.items():
         if node != leader.node_id:

@@ -100,8 +100,10 @@ def _keyed_to_one_partition(partitions: int) -> list[bytes]:
 def _consume_librdkafka(bootstrap: str, topic: str) -> None:
     """librdkafka fetches at v16 and up: answers that can name brokers, walked as they pass."""
     consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
+        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+         # tansu holds a JoinGroup for half the session timeout: 3 s, not 22
+         "session.timeout.ms": 6000}
+    )  # fmt: skip
     consumer.subscribe([topic])
     seen = 0
     deadline = time.monotonic() + 60
