@@ -19,10 +19,16 @@ from pathlib import Path
 
 import pytest
 
-# Session-scoped worlds worth one worker: a JVM. The mock cluster (`cluster`) starts in a
-# second or two, so each worker has its own; so are the other session fixtures.
+# Session-scoped worlds that are worth a worker of their own: a JVM. The other session
+# fixtures are cheap (the mock cluster starts in a second or two): each worker has its own.
 SHARED_SESSION_WORLDS = frozenset({"spark"})
 WIDER_THAN_A_TEST = frozenset({"class", "module", "package"})
+# What a `quick` test may not use: a cluster, a JVM, an engine, an API server
+WORLDS = frozenset({"cluster", "apache_kafka", "docker", "spark", "spark_master", "s3_server",
+                    "world", "apiserver", "make_tunnel"})  # fmt: skip
+LOCKS = "KT_TEST_LOCKS"  # the run's lock directory, made by the controller
+TERMINAL = "KT_TEST_TERMINAL"  # the controller's COLUMNS and LINES, for its workers
+STATE = "KAFKATUNNEL_STATE_DIR"  # where `up --detach`, `status` and `down` meet
 
 
 def world_groups(items: list[pytest.Item]) -> dict[str, str]:
@@ -54,13 +60,10 @@ def world_groups(items: list[pytest.Item]) -> dict[str, str]:
     return {nodeid: root(keys[0]) for nodeid, keys in worlds.items()}
 
 
-# What a `quick` test may not use: a cluster, a JVM, an engine, an API server
-WORLDS = frozenset({"cluster", "apache_kafka", "docker", "spark", "spark_master", "s3_server",
-                    "world", "apiserver", "make_tunnel"})  # fmt: skip
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a `quick` mark on a test that is not; put each test in its world's group, and
+    the tests marked `alone` in one group of their own."""
     heavy = [
         f"{item.nodeid} uses {sorted(used)}"
         for item in items
@@ -76,12 +79,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
-LOCKS = "KT_TEST_LOCKS"  # the run's lock directory, made by the controller
-
-
-TERMINAL = "KT_TEST_TERMINAL"  # the controller's COLUMNS and LINES, for its workers
-STATE = "KAFKATUNNEL_STATE_DIR"  # where `up --detach`, `status` and `down` meet
-_made: list[str] = []
+_made: list[str] = []  # directories this process made, removed at its end
 
 
 def pytest_configure(config: pytest.Config) -> None:
