@@ -45,9 +45,10 @@ PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "S
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-s3cret"
 MTLS_USER = "bob"
 START_TIMEOUT = 90.0
-# Three JVMs on a 2-core laptop. The client compiler only (C1): a test cluster carries
-# little traffic, and C2's compiling is most of a broker's CPU in its first minute
-# (scripts/bench_test_jvms.py: a third less CPU, ready sooner; docs/benchmarks.md).
+# Three JVMs on a 2-core laptop. The client compiler only (C1): a local cluster (the
+# tests', the Apache demo's) carries little traffic, and C2's compiling is most of a
+# broker's CPU in its first minute (scripts/bench_test_jvms.py: nearly half the CPU, ready
+# sooner; docs/benchmarks.md).
 JIT = "-XX:TieredStopAtLevel=1"
 HEAP = ["-Xms192m", "-Xmx512m", "-XX:+UseSerialGC", JIT]
 LOG4J = """\
