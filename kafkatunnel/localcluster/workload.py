@@ -21,6 +21,14 @@ from typing import Any
 
 import confluent_kafka
 
+# A final commit refused because the member is no longer the group's: an application
+# stopped while its group rebalanced (a forward killed under it); what it processed since
+# its last commit is delivered again when the group resumes.
+FENCED = frozenset({
+    confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID,
+    confluent_kafka.KafkaError.ILLEGAL_GENERATION,
+    confluent_kafka.KafkaError.REBALANCE_IN_PROGRESS,
+})  # fmt: skip
 COORDINATOR_ERRORS = re.compile(
     r"Not coordinator|NOT_COORDINATOR|Coordinator not available|COORDINATOR_NOT_AVAILABLE|"
     r"Coordinator load in progress|COORDINATOR_LOAD_IN_PROGRESS"
@@ -181,7 +189,10 @@ def consume_group(
             try:
                 consumer.commit(asynchronous=False)
             except confluent_kafka.KafkaException as error:
-                if error.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
+                code = error.args[0].code()
+                if code in FENCED:  # stopped while its group rebalanced: redelivered later
+                    result.errors.append(str(error.args[0]))
+                elif code != confluent_kafka.KafkaError._NO_OFFSET:
                     raise  # _NO_OFFSET: the auto-commit already stored everything
     finally:
         consumer.close()

@@ -147,7 +147,19 @@ def run_under_faults(
                                       topic, timeout=600, dedupe_by_offset=True,
                                       stop=stop))  # fmt: skip
 
-    threads = [threading.Thread(target=producer), threading.Thread(target=consumers)]
+    raised: list[BaseException] = []
+
+    def reporting(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as error:  # the test fails with it, below
+                raised.append(error)
+
+        return run
+
+    threads = [threading.Thread(target=reporting(producer)),
+               threading.Thread(target=reporting(consumers))]  # fmt: skip
     for t in threads:
         t.start()
     try:
@@ -156,6 +168,9 @@ def run_under_faults(
         stop.set()
         for t in threads:
             t.join(300)
+    if raised:
+        raise raised[0]
+    assert set(results) == set(groups), (sorted(results), groups)
     size = log_size(tunnel.bootstrap_servers, topic)
     # the reader and each group's rest at once: each is a join of its own (3 s on the mock)
     with ThreadPoolExecutor(len(results) + 1) as pool:
