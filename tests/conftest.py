@@ -59,7 +59,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if tests were skipped (unless accepted), or if the harness left a
-    namespace of this process behind."""
+    namespace of this process or of its workers behind."""
     if _skips:
         lines = [f"  {count:4d} x {reason}" for reason, count in _skips.most_common()]
         print(f"\n{sum(_skips.values())} test(s) SKIPPED:", *lines, sep="\n")
@@ -68,7 +68,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if isolation_problem():
         return
-    mine = [n for n in list_harness_namespaces() if n.startswith(f"kt-{os.getpid()}-")]
+    from tests.scheduling import run_pids  # here: imported first as the plugin, rewritten
+
+    pids = run_pids(session.config)
+    mine = [n for n in list_harness_namespaces() if any(n.startswith(f"kt-{p}-") for p in pids)]
     if mine:
         print(f"\nleft behind by the test harness: network namespaces {mine}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

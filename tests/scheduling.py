@@ -103,6 +103,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if LOCKS not in os.environ and config.getoption("numprocesses", None):
         os.environ[LOCKS] = tempfile.mkdtemp(prefix="kafkatunnel-tests-")
         _made.append(os.environ[LOCKS])
+    if hasattr(config, "workerinput") and LOCKS in os.environ:
+        (Path(os.environ[LOCKS]) / f"worker-{os.getpid()}").touch()
+
+
+def run_pids(config: pytest.Config) -> list[int]:
+    """This process's pid and, in a parallel run's controller (which runs no test), its
+    workers': the harness names its namespaces by pid."""
+    where = os.environ.get(LOCKS)
+    if hasattr(config, "workerinput") or where is None:
+        return [os.getpid()]
+    return [
+        os.getpid(),
+        *(int(p.name.removeprefix("worker-")) for p in Path(where).glob("worker-*")),
+    ]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
