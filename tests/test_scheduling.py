@@ -44,14 +44,17 @@ def test_alone(n):
 """
 
 
+def small_suite(where: Path, source: str) -> None:
+    """`source` as a test module of its own, scheduled by tests/scheduling.py."""
+    (where / "test_small.py").write_text(source)
+    (where / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
+    (where / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: a\n    quick: q\n")
+
+
 def test_worlds_share_a_worker_and_alone_tests_run_while_nothing_else_does(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "test_small.py").write_text(textwrap.dedent(SUITE))
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\nmarkers =\n    alone: runs alone\n    quick: quick\n"
-    )
+    small_suite(tmp_path, textwrap.dedent(SUITE))
     log = tmp_path / "log.jsonl"
     env = {**os.environ, "KT_SCHEDULING_LOG": str(log), "PYTHONPATH": str(ROOT)}
     env.pop("KT_TEST_LOCKS", None)  # the small suite's own run, not this one's
@@ -74,12 +77,11 @@ def test_worlds_share_a_worker_and_alone_tests_run_while_nothing_else_does(
 
 @pytest.mark.quick
 def test_a_quick_test_that_uses_a_world_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "test_small.py").write_text(
+    small_suite(
+        tmp_path,
         "import pytest\n\n@pytest.fixture\ndef cluster():\n    return 1\n\n"
-        "@pytest.mark.quick\ndef test_it(cluster):\n    pass\n"
+        "@pytest.mark.quick\ndef test_it(cluster):\n    pass\n",
     )
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: a\n    quick: q\n")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_small.py"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
