@@ -26,10 +26,13 @@ from kafkatunnel.protocol import (
 )
 from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
 
-# Requests and responses whose bodies verify reads: coordinator-scoped APIs, answers that
-# can name brokers, and answers only a partition's leader gives (Produce, Fetch and
-# ListOffsets; of their requests only Fetch's, for its rack). Everything else is counted.
-COORDINATOR_APIS = {8, 9, 11, 12, 13, 14, 15, 22, 24, 25, 26, 28, 42, 47, 65, 68, 69}
+# Requests and responses whose bodies verify reads: coordinator-scoped APIs (every kind of
+# group's: classic, consumer (KIP-848), share (KIP-932: 76, 77, 90-92) and streams
+# (KIP-1071: 88, 89); transactions'), answers that can name brokers, and answers only a
+# partition's leader gives (Produce, Fetch and ListOffsets; of their requests only Fetch's,
+# for its rack). Everything else is counted.
+COORDINATOR_APIS = {8, 9, 11, 12, 13, 14, 15, 22, 24, 25, 26, 28, 42, 47, 65, 68, 69, 76, 77,
+                    88, 89, 90, 91, 92}  # fmt: skip
 ADDRESS_APIS = {0, 1, 3, 10, 55, 60, 78, 79}
 KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
 KEPT_REQUESTS = KEPT_APIS | {1}

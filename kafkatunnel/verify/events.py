@@ -43,6 +43,10 @@ LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", 
 GROUP, TRANSACTION, PARTITION = 0, 1, 2  # what an event's key is
 INTERNAL_TOPICS = {"__consumer_offsets": GROUP, "__transaction_state": TRANSACTION}
 JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
+SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT = 76, 88
+# The heartbeats of the groups KIP-848 brought: the coordinator answers each with the
+# member's epoch.
+EPOCH_HEARTBEATS = {CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT}
 
 
 class Event(NamedTuple):
@@ -141,12 +145,17 @@ def _keys(
             batched = _batched(response.groups, "group_id")
         else:
             return [(str(g.group_id), GROUP, None) for g in request.groups]
-    elif api in (15, 69):
+    elif api in (15, 69, 77, 89):  # DescribeGroups and each kind's own describe
         if answered:
             batched = _batched(response.groups, "group_id")
         else:
             ids = request.groups if api == 15 else request.group_ids
             return [(str(g), GROUP, None) for g in ids]
+    elif api == 90:  # DescribeShareGroupOffsets
+        if answered:
+            batched = _batched(response.groups, "group_id")
+        else:
+            return [(str(g.group_id), GROUP, None) for g in request.groups]
     elif api == 42:
         if answered:
             batched = _batched(response.results, "group_id")
@@ -222,8 +231,11 @@ def _membership(call: Call, request: Any, response: Any) -> dict[str, Any] | Non
         if response is not None:
             detail["assignment"] = _assignment(bytes(response.assignment))
         return detail
-    if call.api_key == CONSUMER_GROUP_HEARTBEAT and response is not None:
-        return {"member": str(response.member_id), "epoch": int(response.member_epoch)}
+    if call.api_key in EPOCH_HEARTBEATS and response is not None:
+        # Since KIP-1082 the client makes its member id and the answer may leave it out.
+        member = response.member_id or request.member_id
+        return {"member": str(member), "sent": int(request.member_epoch),
+                "epoch": int(response.member_epoch)}  # fmt: skip
     return None
 
 
@@ -245,6 +257,8 @@ def _lookups(call: Call, request: Any, response: Any) -> list[Event]:
                 f"{response.host}:{response.port}",
             )
         ]
+    if key_type not in (GROUP, TRANSACTION):
+        return []  # a share-state partition's coordinator (KIP-932): brokers ask, not clients
     return [
         Event(LOOKUP, ts, call.conn, 10, key, key_type, error, node, address)
         for key, error, node, address in answers

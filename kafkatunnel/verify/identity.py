@@ -95,6 +95,12 @@ class Identities:
     addresses: dict[str, Identity] = field(default_factory=dict)
     connections: dict[str, int] = field(default_factory=dict)  # conn key -> node it showed
 
+    def told(self, server: str) -> bool:
+        """Whether the broker behind an address is known, not inferred: the user said it
+        (`--broker`) or a recording's listener did."""
+        identity = self.addresses.get(_normal(server))
+        return identity is not None and identity.method in (USER, RECORDING)
+
     def node_of(self, conn_key: str, server: str) -> int | None:
         identity = self.addresses.get(_normal(server))
         if identity is None:

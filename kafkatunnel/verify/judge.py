@@ -1,12 +1,21 @@
 """The verdict for one consumer group or transactional id, from its events and a few facts
 about the whole recording. A pure function, so Spark can run it per group anywhere.
 
+Every kind of group is judged alike: classic, consumer (KIP-848), share (KIP-932) and
+streams (KIP-1071), each by its own coordinator-scoped requests; its kind (Kafka's group
+type) comes from the requests its members sent.
+
 misrouted: a coordinator-scoped request went to a broker other than the coordinator the
 latest FindCoordinator answer named (or other than the leader of the key's partition of
-__consumer_offsets / __transaction_state, when Metadata for it was recorded); or the named
-coordinator kept answering NOT_COORDINATOR after being looked up again (its address leads to
-another broker: the single port-forward failure); or a generation assigned a partition to
-two members, or chose a protocol a member did not offer.
+__consumer_offsets / __transaction_state, when Metadata for it was recorded); or, on a
+connection whose broker is only inferred, the named coordinator kept answering
+NOT_COORDINATOR after being looked up again (its address leads to another broker: the single
+port-forward failure); or a generation assigned a partition to two members, or chose a
+protocol a member did not offer; or a heartbeat was answered, without an error, with a
+member epoch lower than the member's own.
+Where the recording or the user says which broker a connection reached, NOT_COORDINATOR
+from the broker FindCoordinator named is that broker not being ready (loading a new
+__consumer_offsets, taking over from a restarted broker), never a misroute.
 unverified: nothing could be checked (no lookup recorded, brokers unknown).
 ok: at least one request checked, nothing wrong. Transient coordinator errors are counted.
 """
@@ -21,8 +30,12 @@ from kafkatunnel.protocol import COORDINATOR_ERRORS, NOT_COORDINATOR, api_title,
 from kafkatunnel.verify.calls import Conn
 from kafkatunnel.verify.events import (
     CALL,
+    CONSUMER_GROUP_HEARTBEAT,
+    EPOCH_HEARTBEATS,
     JOIN_GROUP,
     LOOKUP,
+    SHARE_GROUP_HEARTBEAT,
+    STREAMS_GROUP_HEARTBEAT,
     SYNC_GROUP,
     TRANSACTION,
     Event,
@@ -31,6 +44,14 @@ from kafkatunnel.verify.identity import Identities
 
 OK, MISROUTED, UNVERIFIED = "ok", "misrouted", "unverified"
 PERSISTENT_DENIALS = 3  # NOT_COORDINATOR answers from a coordinator re-named in between
+# A group's type, as Kafka names it (ListGroups' GroupType): from the requests only its
+# members send (the last one wins: a classic group can be upgraded online to a consumer
+# group), or else from a successful describe of that type.
+CLASSIC, CONSUMER, SHARE, STREAMS = "classic", "consumer", "share", "streams"
+MEMBERSHIP_TYPES = {JOIN_GROUP: CLASSIC, 12: CLASSIC, 13: CLASSIC, SYNC_GROUP: CLASSIC,
+                    CONSUMER_GROUP_HEARTBEAT: CONSUMER, SHARE_GROUP_HEARTBEAT: SHARE,
+                    STREAMS_GROUP_HEARTBEAT: STREAMS}  # fmt: skip
+DESCRIBED_TYPES = {69: CONSUMER, 77: SHARE, 89: STREAMS, 90: SHARE, 91: SHARE, 92: SHARE}
 
 
 class LeaderSnapshot(NamedTuple):
@@ -50,6 +71,13 @@ class Facts:
     # per key type: snapshots, sorted by time
     leaders: dict[int, list[LeaderSnapshot]] = field(default_factory=dict)
     identities: Identities | None = None  # which broker is behind each server address
+
+    def told(self, conn: Conn) -> bool:
+        """Whether the broker behind a connection is known rather than inferred: a
+        kafkatunnel listener's, or an address the user named with `--broker`."""
+        if conn.node is not None:
+            return True
+        return self.identities is not None and self.identities.told(conn.server)
 
     def node_of(self, conn: Conn) -> int | None:
         if conn.node is not None:
@@ -88,11 +116,13 @@ class Verdict:
     timeline: list[dict[str, Any]]
     start: int = 0  # the timeline's zero, in capture time (ns)
     tool: str | None = None  # the client id, when all its traffic was this tool's own
+    group_type: str | None = None  # classic, consumer, share, streams; None: not known
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
             "kind": "transactional_id" if self.key_type == TRANSACTION else "group",
+            "group_type": self.group_type,
             "verdict": self.verdict,
             "reasons": self.reasons,
             "checked": self.checked,
@@ -113,6 +143,8 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     denied: dict[int, int] = {}  # node -> NOT_COORDINATOR answers since first denial
     renamed: set[int] = set()  # denied nodes a lookup named again
     last_error: int | None = None
+    last_denial: tuple[int, bool] | None = None  # (node, the named one on a told connection)
+    not_ready: set[int] = set()  # named, reached, and denying: a coordinator still loading
     timeline: list[dict[str, Any]] = []
     start = events[0].ts if events else 0
     for event in events:
@@ -156,12 +188,25 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         if event.error == NOT_COORDINATOR and node is not None:
             denied[node] = denied.get(node, 0) + 1
             if node in renamed and denied[node] == PERSISTENT_DENIALS:
-                wrong.append(
-                    f"broker {node} answered NOT_COORDINATOR {denied[node]} times although "
-                    "FindCoordinator kept naming it: its address leads to another broker"
-                )
+                if facts.told(event.conn):
+                    not_ready.add(node)
+                else:
+                    wrong.append(
+                        f"broker {node} answered NOT_COORDINATOR {denied[node]} times although "
+                        "FindCoordinator kept naming it: its address leads to another broker"
+                    )
+            last_denial = (node, facts.told(event.conn) and node == named)
     if last_error == NOT_COORDINATOR and not any("NOT_COORDINATOR" in w for w in wrong):
-        wrong.append("its last answer was NOT_COORDINATOR: it never reached its coordinator")
+        if last_denial is not None and last_denial[1]:
+            not_ready.add(last_denial[0])
+        else:
+            wrong.append("its last answer was NOT_COORDINATOR: it never reached its coordinator")
+    notes.extend(
+        f"broker {node}, which FindCoordinator named and the recording shows was reached, "
+        "answered NOT_COORDINATOR again and again: it was not ready yet (loading its groups, "
+        "or taking them over from another broker), not misrouted"
+        for node in sorted(not_ready)
+    )
     wrong.extend(_membership_problems(events))
     if errors["NOT_COORDINATOR"] and not wrong:
         notes.append(f"{errors['NOT_COORDINATOR']} NOT_COORDINATOR answer(s), then recovered")
@@ -177,8 +222,21 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     tool = tools.pop() if len(tools) == 1 else None
     if tool is not None and verdict == UNVERIFIED:
         notes.append(f"{tool}'s own look-up (by its client id), not an application's group")
+    group_type = None if key_type == TRANSACTION else group_type_of(events)
     return Verdict(key, key_type, verdict, _unique(wrong) + notes, checked, named, errors,
-                   timeline, start, tool)  # fmt: skip
+                   timeline, start, tool, group_type)  # fmt: skip
+
+
+def group_type_of(events: list[Event]) -> str | None:
+    """classic, consumer, share or streams, from the requests of the group's members (in
+    time order), or from a successful describe of one type; None when neither was seen."""
+    membership = [MEMBERSHIP_TYPES[e.api_key] for e in events
+                  if e.kind == CALL and e.api_key in MEMBERSHIP_TYPES]  # fmt: skip
+    if membership:
+        return membership[-1]
+    described = [DESCRIBED_TYPES[e.api_key] for e in events
+                 if e.kind == CALL and e.api_key in DESCRIBED_TYPES and e.error == 0]  # fmt: skip
+    return described[-1] if described else None
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -197,12 +255,15 @@ def _moment(event: Event, start: int, node: int | None, what: str) -> dict[str, 
         "error": None if event.error is None else COORDINATOR_ERRORS.get(event.error, event.error),
         "member": detail.get("member"),
         "generation": detail.get("generation"),
+        "epoch": detail.get("epoch"),  # a consumer, share or streams member's
     }
 
 
 def _membership_problems(events: list[Event]) -> list[str]:
-    """Within a generation: each partition to one member; a chosen protocol all offered."""
-    problems: list[str] = []
+    """Within a generation: each partition to one member; a chosen protocol all offered.
+    A member epoch never goes back: a coordinator answers a heartbeat with the member's
+    epoch or a newer one, or with an error (FENCED_MEMBER_EPOCH)."""
+    problems = _epochs_gone_back(events)
     chosen: dict[int, str] = {}
     offered: dict[int, dict[str, list[str]]] = {}
     owners: dict[int, dict[tuple[str, int], set[str]]] = {}
@@ -240,4 +301,19 @@ def _membership_problems(events: list[Event]) -> list[str]:
                     f"generation {generation} assigned {topic}-{partition} to "
                     f"{len(members)} members ({', '.join(sorted(members))})"
                 )
+    return problems
+
+
+def _epochs_gone_back(events: list[Event]) -> list[str]:
+    problems = []
+    for event in events:
+        detail = event.detail
+        if event.kind != CALL or event.api_key not in EPOCH_HEARTBEATS or not detail:
+            continue
+        sent, answered = detail.get("sent", -1), detail.get("epoch", -1)
+        if event.error == 0 and sent > 0 and 0 <= answered < sent:
+            problems.append(
+                f"member {detail['member']} sent epoch {sent} and was answered with epoch "
+                f"{answered}: a broker that did not know the group answered as its coordinator"
+            )
     return problems

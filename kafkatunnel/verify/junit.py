@@ -2,6 +2,8 @@
 GitLab, Jenkins) render: one test case per group and transactional id, and one for the
 leak check.
 
+A group's class names its type (`group.classic`, `group.consumer`, `group.share`,
+`group.streams`), so CI shows each kind of group together.
 ok: passed. misrouted: a failure, its reasons and timeline as the evidence. unverified:
 skipped, or a failure under --strict (but for the tool's own look-ups, which only skip).
 Group ids come from the recording: any text, so characters XML 1.0 cannot hold are written
@@ -34,9 +36,13 @@ def _text(value: object) -> str:
 
 
 def _classname(verdict: Verdict) -> str:
+    """`group.share`, `group.streams`, ...: a group's type as a class of the `group`
+    package (plain `group` when the recording does not show its type)."""
     if verdict.tool:
         return _text(verdict.tool)
-    return "transactional_id" if verdict.key_type == TRANSACTION else "group"
+    if verdict.key_type == TRANSACTION:
+        return "transactional_id"
+    return f"group.{verdict.group_type}" if verdict.group_type else "group"
 
 
 def _evidence(verdict: Verdict) -> str:
@@ -51,8 +57,10 @@ def _moment(moment: dict[str, Any]) -> str:
     line = f"{moment['t_ms']:>10} ms  {moment['api']} -> broker {moment['broker']}"
     if moment["error"] not in (None, 0):
         line += f"  {moment['error']}"
-    if moment["member"]:
+    if moment["member"] and moment.get("generation") is not None:
         line += f"  member {moment['member']} generation {moment['generation']}"
+    elif moment["member"]:
+        line += f"  member {moment['member']} epoch {moment.get('epoch')}"
     return line
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from kafkatunnel.verify.events import TRANSACTION
 from kafkatunnel.verify.job import Report
 from kafkatunnel.verify.judge import Verdict
 from kafkatunnel.verify.junit import junit_xml
@@ -24,18 +25,26 @@ def table(report: Report) -> Table:
     )
     out = Table(title=title, title_justify="left")
     out.add_column("group / txn id", no_wrap=True)
-    for column in ("verdict", "checked", "coordinator", "NOT_COORDINATOR"):
+    for column in ("type", "verdict", "checked", "coordinator", "NOT_COORDINATOR"):
         out.add_column(column, no_wrap=True)
     for verdict in sorted(report.verdicts, key=lambda v: (v.key_type, v.key)):
-        kind = (" (txn)" if verdict.key_type else "") + _own(verdict)
         out.add_row(
-            escape(verdict.key) + kind,  # a group id is the recording's, never markup
+            escape(verdict.key) + _own(verdict),  # a group id is the recording's, not markup
+            kind_of(verdict),
             f"[{STYLE[verdict.verdict]}]{verdict.verdict}[/]",
             str(verdict.checked),
             "-" if verdict.coordinator is None else str(verdict.coordinator),
             str(verdict.errors["NOT_COORDINATOR"]),
         )
     return out
+
+
+def kind_of(verdict: Verdict) -> str:
+    """What the key is: a transactional id, or a group of Kafka's type (classic, consumer,
+    share, streams), "group" when the recording does not show which."""
+    if verdict.key_type == TRANSACTION:
+        return "transactional id"
+    return f"{verdict.group_type} group" if verdict.group_type else "group"
 
 
 def _own(verdict: Verdict) -> str:
@@ -97,7 +106,8 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"NOTHING CHECKED: {nothing}")
     for verdict in sorted(report.verdicts, key=lambda v: (v.verdict == "ok", v.key_type, v.key)):
         if verdict.reasons:
-            lines.append(f"{verdict.key} ({verdict.verdict}): " + "; ".join(verdict.reasons))
+            lines.append(f"{verdict.key} ({kind_of(verdict)}, {verdict.verdict}): "
+                         + "; ".join(verdict.reasons))  # fmt: skip
     for leak in report.leaks:
         lines.append(
             f"leak: {leak['api']} answers named {leak['address']} ({leak['times']} times), "
@@ -187,14 +197,16 @@ def to_html(report: Report) -> str:
         f"<style>{CSS}</style></head><body>",
         f"<h1>kafkatunnel verify: {'ok' if report.ok else 'FAILED'}</h1>",
         f"<p>{data['files']} file(s), {data['frames']} frames, {data['calls']} calls.</p>",
-        "<table><tr><th>group / transactional id</th><th>verdict</th><th>checked</th>"
-        "<th>coordinator</th><th>NOT_COORDINATOR</th><th>reasons</th></tr>",
+        "<table><tr><th>group / transactional id</th><th>type</th><th>verdict</th>"
+        "<th>checked</th><th>coordinator</th><th>NOT_COORDINATOR</th><th>reasons</th></tr>",
     ]
+    kinds = {v.key: kind_of(v) for v in report.verdicts}
     for group in data["groups"]:
         colour = COLOURS[group["verdict"]]
         parts.append(
             f"<tr><td><a href='#g-{html.escape(group['key'])}'>{html.escape(group['key'])}</a>"
-            f"</td><td><span class='badge' style='background:{colour}'>{group['verdict']}"
+            f"</td><td>{html.escape(kinds.get(group['key'], ''))}</td>"
+            f"<td><span class='badge' style='background:{colour}'>{group['verdict']}"
             f"</span></td><td>{group['checked']}</td><td>{group['coordinator']}</td>"
             f"<td>{group['errors']['NOT_COORDINATOR']}</td>"
             f"<td>{'<br>'.join(html.escape(r) for r in group['reasons'])}</td></tr>"
@@ -230,7 +242,7 @@ def to_html(report: Report) -> str:
         parts.append(f"<h2 id='g-{html.escape(group['key'])}'>{html.escape(group['key'])}</h2>")
         parts.append(_timeline_svg(group["timeline"]))
         parts.append("<table><tr><th>t (ms)</th><th>request</th><th>broker</th><th>error</th>"
-                     "<th>member</th><th>generation</th></tr>")  # fmt: skip
+                     "<th>member</th><th>generation / epoch</th></tr>")  # fmt: skip
         for moment in group["timeline"]:
             error = moment["error"]
             parts.append(
@@ -238,7 +250,7 @@ def to_html(report: Report) -> str:
                 f"<td>{moment['broker']}</td>"
                 f"<td class='err'>{html.escape(str(error)) if error not in (None, 0) else ''}"
                 f"</td><td>{html.escape(str(moment['member'] or ''))}</td>"
-                f"<td>{'' if moment['generation'] is None else moment['generation']}</td></tr>"
+                f"<td>{_generation(moment)}</td></tr>"
             )
         parts.append("</table>")
     if data["problems"]:
@@ -247,6 +259,14 @@ def to_html(report: Report) -> str:
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _generation(moment: dict[str, Any]) -> str:
+    """A classic member's generation, or a consumer, share or streams member's epoch."""
+    if moment.get("generation") is not None:
+        return str(moment["generation"])
+    epoch = moment.get("epoch")
+    return "" if epoch is None else f"epoch {epoch}"
 
 
 def write_reports(

@@ -48,14 +48,26 @@ def test_the_latest_lookup_counts_after_a_coordinator_moves() -> None:
     assert verdict.reasons == ["1 NOT_COORDINATOR answer(s), then recovered"]
 
 
-def test_a_coordinator_that_keeps_denying_after_lookups_is_misrouted() -> None:
-    """The single port-forward: the address named for broker 2 leads to broker 1, which
-    answers NOT_COORDINATOR however often the client looks broker 2 up again."""
+INFERRED = "10.0.0.9:9092"  # a plain capture's address, taken for broker 2 by inference
+
+
+def inferred(ts: int, api: int = HEARTBEAT, error: int | None = 0) -> Event:
+    return Event(CALL, ts, conn(None, INFERRED), api, "g", 0, error)
+
+
+def denials(reach: Any, rounds: int = 3) -> list[Event]:
+    """Broker 2 looked up again and again, and answering NOT_COORDINATOR each time."""
     events = []
-    for round_ in range(3):
-        events += [lookup(10 * round_, 2), call(10 * round_ + 1, 2, JOIN, error=16)]
-    events += [lookup(40, 2), call(41, 2, HEARTBEAT, error=0)]  # even if one answer got through
-    verdict = judge("g", 0, events, Facts())
+    for round_ in range(rounds):
+        events += [lookup(10 * round_, 2), reach(10 * round_ + 1, api=JOIN, error=16)]
+    return events
+
+
+def test_a_coordinator_that_keeps_denying_after_lookups_is_misrouted() -> None:
+    """The single port-forward: the address taken for broker 2 leads to broker 1, which
+    answers NOT_COORDINATOR however often the client looks broker 2 up again."""
+    events = [*denials(inferred), lookup(40, 2), inferred(41)]  # even if one got through
+    verdict = judge("g", 0, events, Facts(address_nodes={INFERRED: 2}))
     assert verdict.verdict == MISROUTED
     assert (
         "answered NOT_COORDINATOR 3 times although FindCoordinator kept naming it"
@@ -63,9 +75,39 @@ def test_a_coordinator_that_keeps_denying_after_lookups_is_misrouted() -> None:
     )
 
 
+def test_a_told_coordinator_that_keeps_denying_is_not_ready_not_misrouted() -> None:
+    """A new __consumer_offsets, a restarted broker: the recording's listener shows the
+    requests reached broker 2, the broker FindCoordinator named, which was still loading."""
+
+    def told(ts: int, api: int, error: int) -> Event:
+        return call(ts, 2, api, error)
+
+    verdict = judge("g", 0, [*denials(told, 4), lookup(50, 2), call(51, 2)], Facts())
+    assert verdict.verdict == OK, verdict.reasons
+    assert verdict.errors["NOT_COORDINATOR"] == 4
+    assert (
+        "broker 2, which FindCoordinator named and the recording shows was reached"
+        in (verdict.reasons[0])
+    )
+    assert "not ready yet" in verdict.reasons[0]
+
+
+def test_an_address_the_user_names_is_told_not_inferred() -> None:
+    from kafkatunnel.verify.identity import identify
+
+    events = [*denials(inferred), lookup(40, 2), inferred(41)]
+    user = Facts(identities=identify([INFERRED], user={INFERRED: 2}))
+    assert judge("g", 0, events, user).verdict == OK  # --broker: broker 2, not ready
+    guessed = Facts(identities=identify([INFERRED], advertised=[(2, INFERRED)]))
+    assert judge("g", 0, events, guessed).verdict == MISROUTED
+
+
 def test_a_last_answer_of_not_coordinator_is_misrouted() -> None:
-    verdict = judge("g", 0, [lookup(1, 2), call(2, 2, JOIN, error=16)], Facts())
+    events = [lookup(1, 2), inferred(2, JOIN, error=16)]
+    verdict = judge("g", 0, events, Facts(address_nodes={INFERRED: 2}))
     assert verdict.verdict == MISROUTED and "never reached its coordinator" in verdict.reasons[0]
+    told = judge("g", 0, [lookup(1, 2), call(2, 2, JOIN, error=16)], Facts())
+    assert told.verdict == OK and "not ready yet" in told.reasons[0]
 
 
 def test_without_a_lookup_or_metadata_nothing_is_verified() -> None:
@@ -139,3 +181,55 @@ def test_an_address_that_is_not_the_tunnels_is_a_leak() -> None:
     ]
     transparent = [FileSummary("f", listeners=[listener | {"mode": "transparent"}])]
     assert leaks_in(named, transparent) == []  # clients see the names the DNS shim serves
+
+
+@pytest.mark.parametrize(
+    ("apis", "expected"),
+    [
+        ([JOIN, SYNC, HEARTBEAT, COMMIT], "classic"),
+        ([68, COMMIT], "consumer"),
+        ([76, 77], "share"),
+        ([88, COMMIT, 89], "streams"),
+        ([JOIN, SYNC, 68], "consumer"),  # a classic group upgraded online (KIP-848)
+        ([COMMIT, 9], None),  # offsets only: the type is not in the recording
+        ([90], "share"),  # DescribeShareGroupOffsets, answered
+        ([69], "consumer"),  # ConsumerGroupDescribe, answered
+    ],
+)
+def test_a_groups_type_comes_from_its_members_requests(
+    apis: list[int], expected: str | None
+) -> None:
+    events = [lookup(0, 2)] + [call(ts + 1, 2, api) for ts, api in enumerate(apis)]
+    verdict = judge("g", 0, events, Facts())
+    assert verdict.group_type == expected
+    assert verdict.as_dict()["group_type"] == expected
+
+
+def test_a_failed_describe_does_not_say_the_type() -> None:
+    """ConsumerGroupDescribe of a classic group answers GROUP_ID_NOT_FOUND (69)."""
+    events = [lookup(0, 2), call(1, 2, 69, error=69)]
+    assert judge("g", 0, events, Facts()).group_type is None
+    txn = judge("t", 1, [Event(LOOKUP, 0, conn(None), 10, "t", 1, 0, 2, "a:1"),
+                         Event(CALL, 1, conn(2), 22, "t", 1, 0)], Facts())  # fmt: skip
+    assert txn.group_type is None and txn.as_dict()["kind"] == "transactional_id"
+
+
+def _beat(ts: int, api: int, sent: int, epoch: int, error: int = 0) -> Event:
+    return call(ts, 2, api, error, detail={"member": "m1", "sent": sent, "epoch": epoch})
+
+
+@pytest.mark.parametrize("api", [68, 76, 88])
+def test_a_member_epoch_answered_lower_than_sent_fails(api: int) -> None:
+    fine = [lookup(0, 2), _beat(1, api, 0, 1), _beat(2, api, 1, 1), _beat(3, api, 1, 3),
+            _beat(4, api, 3, -1), _beat(5, api, 0, 4)]  # fmt: skip
+    verdict = judge("g", 0, fine, Facts())
+    assert verdict.verdict == OK, verdict.reasons
+    assert [m["epoch"] for m in verdict.timeline[1:]] == [1, 1, 3, -1, 4]
+    fenced = [*fine, _beat(6, api, 4, 2, error=110)]  # FENCED_MEMBER_EPOCH: an answer
+    assert judge("g", 0, fenced, Facts()).verdict == OK
+    back = judge("g", 0, [*fine, _beat(6, api, 4, 2)], Facts())
+    assert back.verdict == MISROUTED
+    assert back.reasons == [
+        "member m1 sent epoch 4 and was answered with epoch 2: a broker that did not know "
+        "the group answered as its coordinator"
+    ]

@@ -82,6 +82,19 @@ def test_each_group_is_a_case_named_by_its_verdict(report: Report) -> None:
     assert {"ok", "misrouted", "unverified"} <= set(expected.values())
     found = cases(junit_xml(report, strict=False))
     names = {unescape(name) for name, (classname, _, _) in found.items() if classname != "leaks"}
+    classes = {
+        v.key: v.tool
+        and "kafkatunnel"
+        or (
+            "transactional_id"
+            if v.key_type
+            else f"group.{v.group_type}"
+            if v.group_type
+            else "group"
+        )
+        for v in report.verdicts
+    }
+    assert {"group.classic", "transactional_id"} <= set(classes.values()), classes  # each kind
     assert len(found) == len(expected) + 1  # and the leak check
     assert names == set(expected)  # each id once, as it is, U+0001 and the text \\u0001 apart
     assert any("\x01" in key for key in expected) and any("\\" in key for key in expected)
@@ -90,7 +103,7 @@ def test_each_group_is_a_case_named_by_its_verdict(report: Report) -> None:
         if classname == "leaks":
             assert outcome == "passed"
             continue
-        assert classname in ("group", "transactional_id", "kafkatunnel")
+        assert classname == classes[key], (key, classname)
         verdict = expected[key]
         assert (
             outcome == {"ok": "passed", "misrouted": "failure", "unverified": "skipped"}[verdict]
@@ -149,7 +162,7 @@ def test_the_command_writes_the_file_and_prints_hostile_ids_as_text(
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr  # misrouted groups fail the run
     assert "Traceback" not in out.stderr
-    assert '"[/x]-g-0 (unverified)' in out.stdout  # the id as it is, not read as markup
+    assert '"[/x]-g-0 (classic group, unverified)' in out.stdout  # the id as it is, not read as markup
     names = set(cases(target.read_bytes()))
     assert f"{MISROUTED_TAG.decode()}-g-0" in names and f"{OK_TAG.decode()}-g-0" in names
     wrong = subprocess.run(
