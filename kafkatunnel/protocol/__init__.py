@@ -20,7 +20,7 @@ holds callers to these names).
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.answers import RewrittenAnswers
-from kafkatunnel.protocol.api_versions import cap_api_versions
+from kafkatunnel.protocol.api_versions import cap_api_versions, readable_caps
 from kafkatunnel.protocol.coordinator import (
     COORDINATOR_ERRORS,
     DEFAULT_PARTITIONS,
@@ -114,6 +114,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "InFlight",
     "RequestHeader",
     "cap_api_versions",
+    "readable_caps",
     "expects_response",
     "frame",
     "parse_request_header",

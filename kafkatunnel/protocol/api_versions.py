@@ -10,10 +10,25 @@ from __future__ import annotations
 
 import struct
 
+from kio.schema.index import api_key_map
+
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
+from kafkatunnel.protocol.schema import known_versions
 
 _ENTRY = struct.Struct(">hhh")
+
+
+def readable_caps() -> dict[int, range]:
+    """Every API's versions that this layer can read, for a tunnel that records.
+
+    A recording leaves out a request it cannot read (its bytes could be a raw SASL token, a
+    PLAIN password among them), so a client that picked a version newer than the schemas
+    here, as Kafka 4.4's clients pick StreamsGroupHeartbeat v1 and TxnOffsetCommit v6,
+    would leave verify nothing to judge. Capped, the client negotiates down to a version the
+    broker also serves.
+    """
+    return {key: known_versions(key) for key in api_key_map}
 
 
 def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range]) -> bytes:

@@ -43,6 +43,7 @@ from kafkatunnel.protocol import (
     PassThrough,
     ProtocolError,
     RewrittenAnswers,
+    readable_caps,
     rewrite_caps,
 )
 from kafkatunnel.ratelimit import RateLimitedLog
@@ -252,7 +253,10 @@ class Tunnel:
         self.dns: DnsServer | None = None
         if config.dns_listen is not None:
             self.dns = DnsServer(self.zone, *config.dns_listen, sockets=config.dns_sockets)
-        self.caps = rewrite_caps()
+        # Clients may use only versions the tunnel can rewrite; while it records, only
+        # versions it can read, or the recording would leave their requests out.
+        readable = readable_caps() if config.record_dir is not None else {}
+        self.caps = {**readable, **rewrite_caps()}
         # Answers rewritten before, per audience (None: the tunnel's own addresses)
         self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()

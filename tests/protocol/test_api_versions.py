@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -125,3 +126,29 @@ def test_tagged_fields_with_values_are_kept(version: int) -> None:
     wire = response_frame(API_VERSIONS, version, encode(message))
     capped = cap_api_versions(wire, version, CAPS)
     assert decode(response_type, response_body(API_VERSIONS, version, capped)) == message
+
+
+def test_a_recording_tunnel_caps_every_api_to_what_it_can_read() -> None:
+    """Kafka 4.4's brokers offer StreamsGroupHeartbeat and TxnOffsetCommit at versions newer
+    than the schemas here: a recording tunnel advertises only the versions it can read (so
+    every request is recorded), and keeps the rewriter's wider caps (old Produce versions)."""
+    from kafkatunnel.protocol import readable_caps
+
+    caps = {**readable_caps(), **CAPS}
+    streams_heartbeat, txn_offset_commit, produce = 88, 28, 0
+    newer = {key: known_versions(key).stop for key in (streams_heartbeat, txn_offset_commit)}
+    version = max(known_versions(API_VERSIONS))
+    response_type = load_response_schema(API_VERSIONS, version)
+    entry_type: Any = response_type.__dataclass_fields__["api_keys"].type.__args__[0]  # type: ignore[union-attr]
+    entries = [entry_type(api_key=k, min_version=0, max_version=v) for k, v in newer.items()]
+    entries.append(entry_type(api_key=produce, min_version=0, max_version=20))
+    message = response_type(error_code=ErrorCode.none, api_keys=tuple(entries),
+                            throttle_time=timedelta(0))  # type: ignore[call-arg]  # fmt: skip
+    wire = response_frame(API_VERSIONS, version, encode(message))
+    capped = decode(
+        response_type, response_body(API_VERSIONS, version, cap_api_versions(wire, version, caps))
+    )
+    ranges = {int(e.api_key): (int(e.min_version), int(e.max_version)) for e in capped.api_keys}
+    for key, offered in newer.items():
+        assert ranges[key] == (0, offered - 1), (key, ranges)
+    assert ranges[produce] == (0, known_versions(produce).stop - 1)
