@@ -19,6 +19,7 @@ from kafkatunnel.capture.recorder import Listener
 from kafkatunnel.localcluster.copies import read_sample, record_copies
 from kafkatunnel.probe import own_client
 from kafkatunnel.verify.job import Report, verify_local
+from kafkatunnel.verify.judge import Verdict
 from kafkatunnel.verify.junit import junit_xml
 from tests.verify.conftest import ROUTED
 
@@ -77,23 +78,21 @@ def verdicts(report: Report) -> dict[str, str]:
     return {v.key: v.verdict for v in report.verdicts}
 
 
+def expected_class(verdict: Verdict) -> str:
+    """The tool's own look-ups; transactional ids; groups by their type."""
+    if verdict.tool:
+        return "kafkatunnel"
+    if verdict.key_type:
+        return "transactional_id"
+    return f"group.{verdict.group_type}" if verdict.group_type else "group"
+
+
 def test_each_group_is_a_case_named_by_its_verdict(report: Report) -> None:
     expected = verdicts(report)
     assert {"ok", "misrouted", "unverified"} <= set(expected.values())
     found = cases(junit_xml(report, strict=False))
     names = {unescape(name) for name, (classname, _, _) in found.items() if classname != "leaks"}
-    classes = {
-        v.key: v.tool
-        and "kafkatunnel"
-        or (
-            "transactional_id"
-            if v.key_type
-            else f"group.{v.group_type}"
-            if v.group_type
-            else "group"
-        )
-        for v in report.verdicts
-    }
+    classes = {v.key: expected_class(v) for v in report.verdicts}
     assert {"group.classic", "transactional_id"} <= set(classes.values()), classes  # each kind
     assert len(found) == len(expected) + 1  # and the leak check
     assert names == set(expected)  # each id once, as it is, U+0001 and the text \\u0001 apart
@@ -162,7 +161,8 @@ def test_the_command_writes_the_file_and_prints_hostile_ids_as_text(
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr  # misrouted groups fail the run
     assert "Traceback" not in out.stderr
-    assert '"[/x]-g-0 (classic group, unverified)' in out.stdout  # the id as it is, not read as markup
+    # the id as it is, not read as markup
+    assert '"[/x]-g-0 (classic group, unverified)' in out.stdout
     names = set(cases(target.read_bytes()))
     assert f"{MISROUTED_TAG.decode()}-g-0" in names and f"{OK_TAG.decode()}-g-0" in names
     wrong = subprocess.run(
