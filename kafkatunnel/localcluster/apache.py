@@ -109,8 +109,11 @@ class Credentials:
 class ApacheKafka:
     """Start with `with ApacheKafka() as kafka:`; every process and file is gone on exit."""
 
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(self, nodes: int = 3, offsets_topic: bool = True) -> None:
+        """`offsets_topic=False`: ready once every broker is up, before anything has made
+        `__consumer_offsets`: the first group's look-up creates it, as on a new cluster."""
         self.nodes = nodes
+        self.offsets_topic = offsets_topic
         self.lib = kafka_lib()
         self.namespace: NetworkNamespace | None = None
         self.workdir = Path(tempfile.mkdtemp(prefix="kafkatunnel-apache-kafka-"))
@@ -171,15 +174,27 @@ class ApacheKafka:
             configs = [self._configure(node) for node in range(self.nodes)]
             with ThreadPoolExecutor(self.nodes) as pool:
                 list(pool.map(self._format, configs))
-            for node, config in enumerate(configs):
-                logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
-                argv = ["java", *HEAP, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
-                self.processes.append(ManagedProcess(self.inside(argv), name=f"kafka-{node}"))
+            for node in range(self.nodes):
+                self.processes.append(self._launch(node))
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def restart(self, node: int) -> None:
+        """Stop one node and start it again in place, as a deleted broker pod comes back
+        with its volume: the groups it coordinated move to other brokers and, once it is
+        back and leads again, return. Returns when it is in the metadata again."""
+        self.processes[node].stop(timeout=30)
+        self.processes[node] = self._launch(node)
+        self._wait_ready()  # a broker again, and its groups' coordinators found
+
+    def _launch(self, node: int) -> ManagedProcess:
+        logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+        config = self.workdir / f"node-{node}.properties"
+        argv = ["java", *HEAP, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
+        return ManagedProcess(self.inside(argv), name=f"kafka-{node}")
 
     def stop(self) -> None:
         """Every node at once: one by one, the last waits out the quorum it lost."""
@@ -242,6 +257,8 @@ class ApacheKafka:
             "offsets.topic.replication.factor": str(min(3, self.nodes)),
             "transaction.state.log.replication.factor": str(min(3, self.nodes)),
             "transaction.state.log.min.isr": str(min(2, self.nodes)),
+            "share.coordinator.state.topic.replication.factor": str(min(3, self.nodes)),
+            "share.coordinator.state.topic.min.isr": str(min(2, self.nodes)),
             "group.initial.rebalance.delay.ms": "0",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(chain),
@@ -278,6 +295,8 @@ class ApacheKafka:
                 with ProbeConnection(self.bootstrap(), timeout=2, connect=self.connect) as probe:
                     if len(probe.brokers()) < self.nodes:
                         return False
+                    if not self.offsets_topic:
+                        return True
                     return probe.find_coordinator("kafkatunnel-ready").node_id >= 0
             except (OSError, ValueError):
                 return False

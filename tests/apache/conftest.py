@@ -4,12 +4,17 @@ not idling beside the rest of the suite."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kafkatunnel.localcluster import isolation_problem
 from kafkatunnel.localcluster.apache import ApacheKafka
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
 
 
 @pytest.fixture(scope="package")
@@ -20,3 +25,15 @@ def apache_kafka() -> Iterator[ApacheKafka]:
         pytest.skip(f"needs network isolation, which is unavailable: {problem}")
     with ApacheKafka() as kafka:
         yield kafka
+
+
+@pytest.fixture(scope="package")
+def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The classpath of the Java client programs (clients/*.java, compiled here by javac
+    against the cluster's own kafka-clients) and Kafka's jars, its tools among them."""
+    if shutil.which("javac") is None:
+        pytest.fail("javac is missing: scripts/test installs openjdk-17-jdk-headless")
+    out = tmp_path_factory.mktemp("java-client")
+    subprocess.run(["javac", "-cp", f"{apache_kafka.lib}/*", "-d", str(out),
+                    str(CLIENTS / "JavaClient.java")], check=True, timeout=180)  # fmt: skip
+    return f"{apache_kafka.lib}/*:{out}"

@@ -73,16 +73,6 @@ def _said(argv: list[str], word: str, cwd: Path | None = None) -> int:
 # -- the Java client ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("javac") is None:
-        pytest.fail("javac is missing: scripts/test installs openjdk-17-jdk-headless")
-    out = tmp_path_factory.mktemp("java-client")
-    subprocess.run(["javac", "-cp", f"{apache_kafka.lib}/*", "-d", str(out),
-                    str(CLIENTS / "JavaClient.java")], check=True, timeout=180)  # fmt: skip
-    return f"{apache_kafka.lib}/*:{out}"
-
-
 def java(classpath: str, protocol: str) -> tuple[Produce, Consume]:
     base = ["java", "-Xmx256m", JIT, "-cp", classpath, "JavaClient"]
     return (

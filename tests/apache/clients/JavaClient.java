@@ -2,9 +2,10 @@
 // uses it, for the tests: compiled by them with javac.
 //   java JavaClient produce BOOTSTRAP TOPIC COUNT
 //   java JavaClient consume BOOTSTRAP TOPIC GROUP COUNT PROTOCOL   (classic or consumer)
-//   java JavaClient share BOOTSTRAP TOPIC GROUP COUNT              (a share group, KIP-932)
+//   java JavaClient share BOOTSTRAP TOPIC GROUP COUNT [SECONDS]    (a share group, KIP-932)
 // Prints PRODUCED n, or CONSUMED n: the distinct values read (a record delivered twice counts
-// once), after committing; it reads for 60 seconds at most and commits within 30.
+// once), after committing; it reads for 60 seconds at most (a share group: SECONDS) and
+// commits within 30.
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -48,10 +49,11 @@ public class JavaClient {
             props.put("key.deserializer", StringDeserializer.class.getName());
             props.put("value.deserializer", StringDeserializer.class.getName());
             int count = Integer.parseInt(args[4]);
+            long seconds = args.length > 5 ? Long.parseLong(args[5]) : 60;
             Set<String> values = new HashSet<>();
             try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(props)) {
                 consumer.subscribe(List.of(topic));
-                long deadline = System.currentTimeMillis() + 60_000;
+                long deadline = System.currentTimeMillis() + seconds * 1000;
                 while (values.size() < count && System.currentTimeMillis() < deadline) {
                     for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
                         values.add(record.value());
