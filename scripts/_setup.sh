@@ -153,6 +153,16 @@ kt_apache_kafka() {
   kt_maven_jars "Apache Kafka $KT_KAFKA_VERSION" apache-kafka "$KT_KAFKA_LIB"
 }
 
+# The last Apache Kafka 3.x (<kafka3.version> in the same pom), for the tests' second
+# cluster (tests/apache/kafka39/): the same pom at that version, into a cache of its own.
+KT_KAFKA3_VERSION="$(sed -n 's:.*<kafka3.version>\(.*\)</kafka3.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
+KT_KAFKA3_LIB="$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA3_VERSION/lib"
+kt_apache_kafka3() {
+  if [ -f "$KT_KAFKA3_LIB/kafka_2.13-$KT_KAFKA3_VERSION.jar" ]; then return 0; fi
+  kt_maven_jars "Apache Kafka $KT_KAFKA3_VERSION" apache-kafka "$KT_KAFKA3_LIB" \
+    -Dkafka.version="$KT_KAFKA3_VERSION"
+}
+
 # Kafka Connect's distributed worker and the FileStream connectors, at Apache Kafka's version,
 # from Maven Central into a cache of their own (scripts/kafka-connect/pom.xml).
 KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_KAFKA_VERSION/lib}"

@@ -2,7 +2,7 @@
 address of its own in the cluster's network namespace, reaching the brokers by their
 in-cluster names.
 
-- Kafka Connect 4.1.1 (org.apache.kafka:connect-runtime, Kafka's own release, at the
+- Kafka Connect (org.apache.kafka:connect-runtime, Kafka's own release, at the
   brokers' version), one distributed worker as Strimzi runs it: group `shop-connect`, its
   configs, offsets and statuses in Kafka topics, the REST API on 8083. Its connectors and
   their offsets live in those topics, so a worker started again in the same place carries

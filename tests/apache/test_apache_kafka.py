@@ -25,6 +25,7 @@ from kafkatunnel.capture.packets import ACK, SYN, Capture
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import (
     HEAP,
+    KAFKA_3_VERSION,
     KAFKA_VERSION,
     SCRAM_PASSWORD,
     SCRAM_USER,
@@ -320,6 +321,22 @@ def test_a_sasl_listener_is_said_to_want_a_login_before_its_brokers_are_listed(
 
 
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
-    """scripts/apache-kafka/pom.xml (what the set-up fetches) and the cluster agree."""
+    """scripts/apache-kafka/pom.xml (what the set-up fetches) is the one place a version is
+    changed: the cluster's constants, Kafka Connect's pom and the docs that name the
+    version agree with it."""
     pom = (ROOT / "scripts" / "apache-kafka" / "pom.xml").read_text()
-    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in pom
+    fetched = {name: re.search(rf"<{name}>([^<]+)</{name}>", pom) for name in
+               ("kafka.version", "kafka3.version")}  # fmt: skip
+    assert {k: m and m[1] for k, m in fetched.items()} == {
+        "kafka.version": KAFKA_VERSION, "kafka3.version": KAFKA_3_VERSION}  # fmt: skip
+    connect = (ROOT / "scripts" / "kafka-connect" / "pom.xml").read_text()
+    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in connect
+    named = {
+        "README.md": [f"Apache Kafka {KAFKA_VERSION}", f"Kafka Connect {KAFKA_VERSION}",
+                      KAFKA_3_VERSION],
+        "docs/clients.md": [f"Apache Kafka {KAFKA_VERSION} from Maven Central"],
+        "docs/companions.md": [f"beside Apache Kafka {KAFKA_VERSION}", f"| {KAFKA_VERSION} ("],
+    }  # fmt: skip
+    for doc, phrases in named.items():
+        text = " ".join((ROOT / doc).read_text().split())
+        assert [p for p in phrases if p not in text] == [], doc
