@@ -1,6 +1,6 @@
 """The real services beside Apache Kafka, reached through `up` as a developer reaches them:
-Kafka Connect (at the brokers' version) behind Strimzi's `<name>-connect-api` service and
-Apicurio Registry 2.4.2.Final behind its 2.x operator's `<name>-service`
+Kafka Connect (a release behind the brokers: pods.py) behind Strimzi's `<name>-connect-api`
+service and Apicurio Registry 2.4.2.Final behind its 2.x operator's `<name>-service`
 (tests/apache/pods.py runs them as pods of the reference cluster's network). The real
 kubectl forwards them through the API server stand-in (tests/kube/apiserver.py), whose
 world is this cluster: its three brokers, the Connect worker and the registry, each on its
@@ -30,12 +30,7 @@ from typing import Any
 import pytest
 
 from kafkatunnel.localcluster import free_port, free_port_run
-from kafkatunnel.localcluster.apache import (
-    KAFKA_VERSION,
-    LISTENERS,
-    ApacheKafka,
-    broker_address,
-)
+from kafkatunnel.localcluster.apache import LISTENERS, ApacheKafka, broker_address
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
@@ -43,6 +38,7 @@ from tests.apache.pods import (
     CCOMPAT,
     CONNECT_ADDRESS,
     CONNECT_PORT,
+    CONNECT_VERSION,
     REGISTRY_ADDRESS,
     REGISTRY_PORT,
     ApicurioRegistry,
@@ -255,7 +251,7 @@ def test_connect_and_apicurio_through_up_companions_and_a_connect_pod_restart(
             registry = up.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=30)[1]
             connect = up.wait_for_line(r"^connect: (\S+) ", timeout=30)[1]
             assert registry.startswith("http://127.0.0.1:") and registry.endswith(CCOMPAT)
-            assert http("GET", connect)["version"] == KAFKA_VERSION
+            assert http("GET", connect)["version"] == CONNECT_VERSION
 
             avro_round_trip(bootstrap, registry, topic)
             status, answer = inside(beside.kafka, REGISTRY_ADDRESS, REGISTRY_PORT, "GET",
