@@ -355,7 +355,8 @@ def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
     named = {
         "README.md": [f"Apache Kafka {KAFKA_VERSION}", f"Kafka Connect {CONNECT_VERSION}",
                       KAFKA_3_VERSION],
-        "docs/clients.md": [f"Apache Kafka {KAFKA_VERSION} from Maven Central"],
+        "docs/clients.md": [f"Apache Kafka {KAFKA_VERSION} from Maven Central",
+                            f"Apache Kafka {KAFKA_3_VERSION}, the last 3.x"],
         "docs/companions.md": [f"beside Apache Kafka {KAFKA_VERSION}", f"| {CONNECT_VERSION} ("],
     }  # fmt: skip
     for doc, phrases in named.items():
