@@ -105,7 +105,7 @@ def kafka_lib(version: str = KAFKA_VERSION) -> Path:
 
 
 def is_kafka_3(version: str) -> bool:
-    """Kafka 3.x: log4j 1, and none of 4.x's share groups to format."""
+    """Kafka 3.x, which logs through log4j 1 (reload4j), not log4j 2."""
     return version.split(".")[0] == "3"
 
 
