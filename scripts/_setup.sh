@@ -153,13 +153,24 @@ kt_apache_kafka() {
   kt_maven_jars "Apache Kafka $KT_KAFKA_VERSION" apache-kafka "$KT_KAFKA_LIB"
 }
 
-# Kafka Connect's distributed worker and the FileStream connectors, at Apache Kafka's version,
-# from Maven Central into a cache of their own (scripts/kafka-connect/pom.xml).
-KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_KAFKA_VERSION/lib}"
+# The last Apache Kafka 3.x (<kafka3.version> in the same pom), for the tests' second
+# cluster (tests/apache/kafka39/): the same pom at that version, into a cache of its own.
+KT_KAFKA3_VERSION="$(sed -n 's:.*<kafka3.version>\(.*\)</kafka3.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
+KT_KAFKA3_LIB="$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA3_VERSION/lib"
+kt_apache_kafka3() {
+  if [ -f "$KT_KAFKA3_LIB/kafka_2.13-$KT_KAFKA3_VERSION.jar" ]; then return 0; fi
+  kt_maven_jars "Apache Kafka $KT_KAFKA3_VERSION" apache-kafka "$KT_KAFKA3_LIB" \
+    -Dkafka.version="$KT_KAFKA3_VERSION"
+}
+
+# Kafka Connect's distributed worker and the FileStream connectors, at the version
+# scripts/kafka-connect/pom.xml pins (it says why not Apache Kafka's), from Maven Central into
+# a cache of their own.
+KT_CONNECT_VERSION="$(sed -n 's:.*<connect.version>\(.*\)</connect.version>.*:\1:p' "$KT_ROOT/scripts/kafka-connect/pom.xml")"
+KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_CONNECT_VERSION/lib}"
 kt_kafka_connect() {
-  if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
-  kt_maven_jars "Kafka Connect $KT_KAFKA_VERSION" kafka-connect "$KT_CONNECT_LIB" \
-    -Dkafka.version="$KT_KAFKA_VERSION"
+  if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_CONNECT_VERSION.jar" ]; then return 0; fi
+  kt_maven_jars "Kafka Connect $KT_CONNECT_VERSION" kafka-connect "$KT_CONNECT_LIB"
 }
 
 # Apicurio Registry, the real schema registry of the tests: its release from Maven Central,

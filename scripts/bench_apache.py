@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_apache.py [--rounds 5] [--messages 150000]
 
-The reference cluster (kafkatunnel/localcluster/apache.py: Apache Kafka 4.1.1, three KRaft
+The reference cluster (kafkatunnel/localcluster/apache.py: Apache Kafka, three KRaft
 nodes in a network of their own, advertising Kubernetes names), measured on four paths:
   direct           the client inside the cluster's network (as a pod would be)
   kafkatunnel      `kafkatunnel up --via exec`, each forward `ip netns exec ... socat`

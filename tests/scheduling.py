@@ -24,8 +24,8 @@ import pytest
 SHARED_SESSION_WORLDS = frozenset({"spark"})
 WIDER_THAN_A_TEST = frozenset({"class", "module", "package"})
 # What a `quick` test may not use: a cluster, a JVM, an engine, an API server
-WORLDS = frozenset({"cluster", "apache_kafka", "docker", "spark", "spark_master", "s3_server",
-                    "world", "apiserver", "make_tunnel"})  # fmt: skip
+WORLDS = frozenset({"cluster", "apache_kafka", "apache_kafka_3", "docker", "spark",
+                    "spark_master", "s3_server", "world", "apiserver", "make_tunnel"})  # fmt: skip
 LOCKS = "KT_TEST_LOCKS"  # the run's lock directory, made by the controller
 TERMINAL = "KT_TEST_TERMINAL"  # the controller's COLUMNS and LINES, for its workers
 STATE = "KAFKATUNNEL_STATE_DIR"  # where `up --detach`, `status` and `down` meet

@@ -8,12 +8,17 @@ each on its own address, advertising the names pods get behind a headless servic
     scram  9094  SASL_SSL, SCRAM-SHA-512 (users added at format time, as Kafka documents)
     mtls   9095  SSL with a client certificate from the clients CA required
 
-Share groups (KIP-932, a preview in 4.1) are on: the `share.version` feature is set at format.
+Every kind of group Kafka 4.4 has is on with its defaults: classic, consumer (KIP-848),
+share (KIP-932: `share.version` 2 at format) and streams (KIP-1071: `streams.version` 1, and
+`streams` among `group.coordinator.rebalance.protocols`).
 
 The jars come from Maven Central (org.apache.kafka:kafka_2.13 and kafka-tools, the version
-below), fetched once by `scripts/_setup.sh` into a cache outside the repository; Java 17 or
-newer runs them. Nothing here imitates a broker: it writes server.properties, formats the
-log directories with Kafka's StorageTool and starts `kafka.Kafka`.
+below), fetched once by `scripts/_setup.sh` into a cache outside the repository, one per
+version; Java 17 or newer runs them. `ApacheKafka(version=KAFKA_3_VERSION)` is the last 3.x
+release, what many production clusters still run: the same cluster, formatted without 4.x's
+features and logging through log4j 1. Nothing here imitates a broker: it writes
+server.properties, formats the log directories with Kafka's StorageTool and starts
+`kafka.Kafka`.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
-KAFKA_VERSION = "4.1.1"
-LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where the jars are, if not the default cache
+# The versions scripts/apache-kafka/pom.xml names (<kafka.version>, <kafka3.version>), which
+# the set-up fetches; a test checks that they agree.
+KAFKA_VERSION = "4.4.0"
+KAFKA_3_VERSION = "3.9.2"
+LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where KAFKA_VERSION's jars are, if not the cache
 NAMESPACE = "kafka"  # the Kubernetes namespace the names say
 CONTROLLER_PORT, REPLICATION_PORT = 9090, 9091
 LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095}
@@ -61,29 +69,44 @@ appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
 """
+LOG4J_1 = """\
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+"""
 
 
 class ApacheKafkaUnavailable(RuntimeError):
     """The jars or a Java to run them are missing; the message says how to get them."""
 
 
-def kafka_lib() -> Path:
+def kafka_lib(version: str = KAFKA_VERSION) -> Path:
     """The directory of Apache Kafka's jars, as scripts/_setup.sh fetched them."""
-    configured = os.environ.get(LIB_VARIABLE)
+    configured = os.environ.get(LIB_VARIABLE) if version == KAFKA_VERSION else None
     lib = (
         Path(configured)
         if configured
-        else Path.home() / ".cache" / "kafkatunnel" / f"apache-kafka-{KAFKA_VERSION}" / "lib"
+        else Path.home() / ".cache" / "kafkatunnel" / f"apache-kafka-{version}" / "lib"
     )
-    if not (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+    if not (lib / f"kafka_2.13-{version}.jar").exists():
+        fetch = "-DoutputDirectory=" + str(lib)
+        if version != KAFKA_VERSION:
+            fetch += f" -Dkafka.version={version}"
         raise ApacheKafkaUnavailable(
-            f"Apache Kafka {KAFKA_VERSION} is not in {lib}: scripts/test fetches it from Maven "
+            f"Apache Kafka {version} is not in {lib}: scripts/test fetches it from Maven "
             f"Central (mvn dependency:copy-dependencies -f scripts/apache-kafka/pom.xml "
-            f"-DoutputDirectory={lib}), or set {LIB_VARIABLE}"
+            f"{fetch})" + (f", or set {LIB_VARIABLE}" if version == KAFKA_VERSION else "")
         )
     if shutil.which("java") is None:
-        raise ApacheKafkaUnavailable("no java on PATH: Apache Kafka 4 needs Java 17 or newer")
+        raise ApacheKafkaUnavailable(f"no java on PATH: Apache Kafka {version} needs Java 17")
     return lib
+
+
+def is_kafka_3(version: str) -> bool:
+    """Kafka 3.x, which logs through log4j 1 (reload4j), not log4j 2."""
+    return version.split(".")[0] == "3"
 
 
 def broker_host(node: int) -> str:
@@ -109,12 +132,15 @@ class Credentials:
 class ApacheKafka:
     """Start with `with ApacheKafka() as kafka:`; every process and file is gone on exit."""
 
-    def __init__(self, nodes: int = 3, offsets_topic: bool = True) -> None:
+    def __init__(
+        self, nodes: int = 3, version: str = KAFKA_VERSION, offsets_topic: bool = True
+    ) -> None:
         """`offsets_topic=False`: ready once every broker is up, before anything has made
         `__consumer_offsets`: the first group's look-up creates it, as on a new cluster."""
         self.nodes = nodes
+        self.version = version
         self.offsets_topic = offsets_topic
-        self.lib = kafka_lib()
+        self.lib = kafka_lib(version)
         self.namespace: NetworkNamespace | None = None
         self.workdir = Path(tempfile.mkdtemp(prefix="kafkatunnel-apache-kafka-"))
         self.processes: list[ManagedProcess] = []
@@ -191,7 +217,7 @@ class ApacheKafka:
         self._wait_ready()  # a broker again, and its groups' coordinators found
 
     def _launch(self, node: int) -> ManagedProcess:
-        logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+        logging = self._logging()
         config = self.workdir / f"node-{node}.properties"
         argv = ["java", *HEAP, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
         return ManagedProcess(self.inside(argv), name=f"kafka-{node}")
@@ -229,6 +255,7 @@ class ApacheKafka:
             cluster_ca.issue(f"broker-{node}", [name, name.removesuffix(".cluster.local")])
         bob = clients_ca.issue(MTLS_USER, [MTLS_USER], client=True)
         (self.workdir / "log4j2.properties").write_text(LOG4J)
+        (self.workdir / "log4j.properties").write_text(LOG4J_1)
         return Credentials(cluster_ca.pem, clients_ca.pem, SCRAM_USER, SCRAM_PASSWORD, bob)
 
     def _configure(self, node: int) -> Path:
@@ -257,8 +284,6 @@ class ApacheKafka:
             "offsets.topic.replication.factor": str(min(3, self.nodes)),
             "transaction.state.log.replication.factor": str(min(3, self.nodes)),
             "transaction.state.log.min.isr": str(min(2, self.nodes)),
-            "share.coordinator.state.topic.replication.factor": str(min(3, self.nodes)),
-            "share.coordinator.state.topic.min.isr": str(min(2, self.nodes)),
             "group.initial.rebalance.delay.ms": "0",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(chain),
@@ -269,18 +294,28 @@ class ApacheKafka:
             "listener.name.scram.scram-sha-512.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         }  # fmt: skip
+        if not is_kafka_3(self.version):  # share groups' state (Kafka 4), sized to the cluster
+            settings["share.coordinator.state.topic.replication.factor"] = str(min(3, self.nodes))
+            settings["share.coordinator.state.topic.min.isr"] = str(min(2, self.nodes))
         path = self.workdir / f"node-{node}.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
+    def _logging(self) -> str:
+        """The JVM flag naming the broker's logging set-up: log4j 2 from Kafka 4, log4j 1
+        (reload4j) before."""
+        if is_kafka_3(self.version):
+            return f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
+        return f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+
     def _format(self, config: Path) -> None:
-        """Kafka's StorageTool, as Kafka documents it: SCRAM users and the share groups'
-        feature (KIP-932, a preview in 4.1) set at format time."""
+        """Kafka's StorageTool, as Kafka documents it: SCRAM users added at format time.
+        The features are the release's defaults: on 4.4, share groups (`share.version` 2)
+        and streams groups (`streams.version` 1) among them; 3.9 has neither."""
         scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
         # `--cluster-id=ID`: a random id may begin with "-", which would read as an option
         self.tool("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
-                  "--config", str(config), "--add-scram", scram, "--ignore-formatted",
-                  "--feature", "share.version=1")  # fmt: skip
+                  "--config", str(config), "--add-scram", scram, "--ignore-formatted")  # fmt: skip
 
     def _wait_ready(self) -> None:
         """Until every broker is in the metadata and a group has a coordinator (the

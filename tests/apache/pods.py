@@ -2,11 +2,12 @@
 address of its own in the cluster's network namespace, reaching the brokers by their
 in-cluster names.
 
-- Kafka Connect 4.1.1 (org.apache.kafka:connect-runtime, Kafka's own release, at the
-  brokers' version), one distributed worker as Strimzi runs it: group `shop-connect`, its
-  configs, offsets and statuses in Kafka topics, the REST API on 8083. Its connectors and
-  their offsets live in those topics, so a worker started again in the same place carries
-  on where the last one stopped, as a restarted pod does.
+- Kafka Connect (org.apache.kafka:connect-runtime, Kafka's own release, at CONNECT_VERSION:
+  scripts/kafka-connect/pom.xml says why a release behind the brokers), one distributed
+  worker as Strimzi runs it: group `shop-connect`, its configs, offsets and statuses in
+  Kafka topics, the REST API on 8083. Its connectors and their offsets live in those
+  topics, so a worker started again in the same place carries on where the last one
+  stopped, as a restarted pod does.
 - Apicurio Registry 2.4.2.Final (io.apicurio:apicurio-registry-app, assembled by Quarkus's
   build: scripts/apicurio-registry/pom.xml says why that release), its Confluent-compatible
   API on 8080 under /apis/ccompat/v7, storage in memory (the release's default).
@@ -21,11 +22,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import HEAP, JIT, KAFKA_VERSION, LOG4J, ApacheKafka
+from kafkatunnel.localcluster.apache import HEAP, JIT, LOG4J, ApacheKafka
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 APICURIO_VERSION = "2.4.2.Final"
+CONNECT_VERSION = "4.3.1"  # scripts/kafka-connect/pom.xml's <connect.version>
 CONNECT_ADDRESS, CONNECT_PORT = "127.0.0.21", 8083
 REGISTRY_ADDRESS, REGISTRY_PORT = "127.0.0.22", 8080
 CCOMPAT = "/apis/ccompat/v7"
@@ -44,8 +46,8 @@ def _cache(variable: str, default: str, marker: str) -> Path:
 
 
 def connect_lib() -> Path:
-    return _cache("KAFKATUNNEL_CONNECT_LIB", f"kafka-connect-{KAFKA_VERSION}/lib",
-                  f"connect-runtime-{KAFKA_VERSION}.jar")  # fmt: skip
+    return _cache("KAFKATUNNEL_CONNECT_LIB", f"kafka-connect-{CONNECT_VERSION}/lib",
+                  f"connect-runtime-{CONNECT_VERSION}.jar")  # fmt: skip
 
 
 def apicurio_home() -> Path:

@@ -25,6 +25,7 @@ from kafkatunnel.capture.packets import ACK, SYN, Capture
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import (
     HEAP,
+    KAFKA_3_VERSION,
     KAFKA_VERSION,
     SCRAM_PASSWORD,
     SCRAM_USER,
@@ -32,7 +33,9 @@ from kafkatunnel.localcluster.apache import (
 )
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_group, consume_groups, produce
+from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import wait_for
+from tests.apache.pods import CONNECT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 30
@@ -57,6 +60,25 @@ def tunnel(kafka: ApacheKafka, listener: str = "plain", *flags: str) -> Iterator
 def tls_flags(kafka: ApacheKafka) -> list[str]:
     assert kafka.credentials is not None
     return ["--tls", "--tls-ca", str(kafka.credentials.cluster_ca)]
+
+
+CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT = 68, 76, 88
+
+
+def test_every_kind_of_group_is_offered_through_the_tunnel(apache_kafka: ApacheKafka) -> None:
+    """The cluster runs with Kafka 4.4's group features as a new cluster gets them: share
+    groups (KIP-932) and streams groups (KIP-1071, `group.protocol=streams`) finalized, and
+    their heartbeats offered, beside KIP-848's, to clients through the tunnel."""
+    describe = ["--bootstrap-server", apache_kafka.bootstrap(), "describe"]
+    features = apache_kafka.tool("org.apache.kafka.tools.FeatureCommand", *describe)
+    finalized = dict(re.findall(r"Feature: (\S+)\s.*?FinalizedVersionLevel: (\d+)", features))
+    groups = ("group.version", "share.version", "streams.version")
+    assert {f: finalized.get(f) for f in groups} == {
+        "group.version": "1", "share.version": "2", "streams.version": "1"}, features  # fmt: skip
+    with tunnel(apache_kafka) as bootstrap, ProbeConnection(bootstrap.split(",")[0]) as probe:
+        offered = probe.api_versions()
+    heartbeats = (CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT)
+    assert [key for key in heartbeats if key not in offered] == [], offered
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -320,6 +342,23 @@ def test_a_sasl_listener_is_said_to_want_a_login_before_its_brokers_are_listed(
 
 
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
-    """scripts/apache-kafka/pom.xml (what the set-up fetches) and the cluster agree."""
+    """scripts/apache-kafka/pom.xml (what the set-up fetches) is the one place a version is
+    changed, scripts/kafka-connect/pom.xml Connect's: the constants and the docs that name
+    the versions agree with them."""
     pom = (ROOT / "scripts" / "apache-kafka" / "pom.xml").read_text()
-    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in pom
+    fetched = {name: re.search(rf"<{name}>([^<]+)</{name}>", pom) for name in
+               ("kafka.version", "kafka3.version")}  # fmt: skip
+    assert {k: m and m[1] for k, m in fetched.items()} == {
+        "kafka.version": KAFKA_VERSION, "kafka3.version": KAFKA_3_VERSION}  # fmt: skip
+    connect = (ROOT / "scripts" / "kafka-connect" / "pom.xml").read_text()
+    assert f"<connect.version>{CONNECT_VERSION}</connect.version>" in connect
+    named = {
+        "README.md": [f"Apache Kafka {KAFKA_VERSION}", f"Kafka Connect {CONNECT_VERSION}",
+                      KAFKA_3_VERSION],
+        "docs/clients.md": [f"Apache Kafka {KAFKA_VERSION} from Maven Central",
+                            f"Apache Kafka {KAFKA_3_VERSION}, the last 3.x"],
+        "docs/companions.md": [f"beside Apache Kafka {KAFKA_VERSION}", f"| {CONNECT_VERSION} ("],
+    }  # fmt: skip
+    for doc, phrases in named.items():
+        text = " ".join((ROOT / doc).read_text().split())
+        assert [p for p in phrases if p not in text] == [], doc

@@ -255,7 +255,8 @@ def test_the_java_client_in_share_groups(
 
     def share(bootstrap: str, topic: str, group: str, count: int) -> int:
         earliest = "share.auto.offset.reset=earliest"
-        configs = ["java", "-Xmx256m", JIT, "-cp", java_classes, "kafka.admin.ConfigCommand",
+        configs = ["java", "-Xmx256m", JIT, "-cp", java_classes,
+                   "org.apache.kafka.tools.ConfigCommand",
                    "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
                    "--entity-name", group, "--add-config", earliest]  # fmt: skip
         subprocess.run(configs, check=True, capture_output=True, timeout=DEADLINE)

@@ -1,9 +1,10 @@
 """The real services beside Apache Kafka, reached through `up` as a developer reaches them:
-Kafka Connect 4.1.1 behind Strimzi's `<name>-connect-api` service and Apicurio Registry
-2.4.2.Final behind its 2.x operator's `<name>-service` (tests/apache/pods.py runs them as
-pods of the reference cluster's network). The real kubectl forwards them through the API
-server stand-in (tests/kube/apiserver.py), whose world is this cluster: its three brokers,
-the Connect worker and the registry, each on its own pod address.
+Kafka Connect (a release behind the brokers: pods.py) behind Strimzi's `<name>-connect-api`
+service and Apicurio Registry 2.4.2.Final behind its 2.x operator's `<name>-service`
+(tests/apache/pods.py runs them as pods of the reference cluster's network). The real
+kubectl forwards them through the API server stand-in (tests/kube/apiserver.py), whose
+world is this cluster: its three brokers, the Connect worker and the registry, each on its
+own pod address.
 
 A connector created through the URL `up` prints delivers records that a consumer reads
 through the tunnel; confluent-kafka's Avro serializer registers its schema at the printed
@@ -37,6 +38,7 @@ from tests.apache.pods import (
     CCOMPAT,
     CONNECT_ADDRESS,
     CONNECT_PORT,
+    CONNECT_VERSION,
     REGISTRY_ADDRESS,
     REGISTRY_PORT,
     ApicurioRegistry,
@@ -249,7 +251,7 @@ def test_connect_and_apicurio_through_up_companions_and_a_connect_pod_restart(
             registry = up.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=30)[1]
             connect = up.wait_for_line(r"^connect: (\S+) ", timeout=30)[1]
             assert registry.startswith("http://127.0.0.1:") and registry.endswith(CCOMPAT)
-            assert http("GET", connect)["version"] == "4.1.1"
+            assert http("GET", connect)["version"] == CONNECT_VERSION
 
             avro_round_trip(bootstrap, registry, topic)
             status, answer = inside(beside.kafka, REGISTRY_ADDRESS, REGISTRY_PORT, "GET",

@@ -6,7 +6,7 @@ The answers copy the shapes the Confluent Schema Registry API reference (v7, the
 SchemaRegistryClient of confluent-kafka 2.16 calls) and Apache Kafka Connect's REST API
 (3.9) document: `{"id": N}` for a registration, `{"schema": ...}` by id, the
 `error_code`/`message` body of a 404. The real programs run in tests/apache/test_companions.py
-(Kafka Connect 4.1.1 and Apicurio Registry 2.4.2.Final beside Apache Kafka). This server
+(Kafka Connect and Apicurio Registry 2.4.2.Final beside Apache Kafka). This server
 stays for the forward's faults only, where each test says why: an answer that names the
 pod which gave it is what tells an old pod's last answer from a new pod's first.
 
