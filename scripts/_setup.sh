@@ -173,6 +173,16 @@ kt_kafka_connect() {
   kt_maven_jars "Kafka Connect $KT_CONNECT_VERSION" kafka-connect "$KT_CONNECT_LIB"
 }
 
+# Kafka Streams (kafka-streams and its dependencies, RocksDB among them), at Apache Kafka's
+# version, from Maven Central into a cache of their own (scripts/kafka-streams/pom.xml), for
+# the tests' Streams application (tests/apache/clients/StreamsCounter.java).
+KT_STREAMS_LIB="${KAFKATUNNEL_STREAMS_LIB:-$HOME/.cache/kafkatunnel/kafka-streams-$KT_KAFKA_VERSION/lib}"
+kt_kafka_streams() {
+  if [ -f "$KT_STREAMS_LIB/kafka-streams-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  kt_maven_jars "Kafka Streams $KT_KAFKA_VERSION" kafka-streams "$KT_STREAMS_LIB" \
+    -Dkafka.version="$KT_KAFKA_VERSION"
+}
+
 # Apicurio Registry, the real schema registry of the tests: its release from Maven Central,
 # assembled into a runnable server by Quarkus's build (scripts/apicurio-registry/pom.xml says
 # why that takes a build, and which release), into a cache outside the repository.
