@@ -2,7 +2,7 @@
 against the cluster: StreamsCounter (tests/apache/clients/), compiled here with javac
 against kafka-streams at the brokers' version, counts orders per customer through a
 repartition and a state store with a changelog, exactly once (`exactly_once_v2`). With the
-classic rebalance protocol and with KIP-1071's streams protocol where the brokers offer it:
+classic rebalance protocol and with KIP-1071's streams protocol:
 
 - applications whose groups have their coordinators on every broker count every order
   once, read back with read_committed;
@@ -69,11 +69,16 @@ def streams_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(params=["classic", "streams"])
 def protocol(request: pytest.FixtureRequest, apache_kafka: ApacheKafka) -> str:
-    """group.protocol: the classic one everywhere, KIP-1071's where the brokers offer it."""
-    with ProbeConnection(apache_kafka.bootstrap(), connect=apache_kafka.connect) as probe:
-        offered = STREAMS_GROUP_HEARTBEAT in probe.api_versions()
-    if request.param == "streams" and not offered:
-        pytest.skip(f"Apache Kafka {KAFKA_VERSION} does not offer StreamsGroupHeartbeat")
+    """group.protocol: the classic one, and KIP-1071's, which the reference cluster offers
+    (Kafka 4.4's defaults): a broker without it would have Streams fail to start."""
+    if request.param == "streams":
+        with ProbeConnection(apache_kafka.bootstrap(), connect=apache_kafka.connect) as probe:
+            offered = probe.api_versions()
+        assert STREAMS_GROUP_HEARTBEAT in offered, (
+            f"Apache Kafka {apache_kafka.version} does not offer StreamsGroupHeartbeat: "
+            f"streams groups need `streams` in group.coordinator.rebalance.protocols and "
+            f"the streams.version feature"
+        )
     return str(request.param)
 
 
