@@ -13,11 +13,13 @@ classic rebalance protocol and with KIP-1071's streams protocol:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,7 +40,6 @@ from kafkatunnel.waiting import wait_for
 from tests.apache.pods import _cache
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_clients import CLIENTS, api_requests
-from tests.apache.test_verify import verify
 
 STREAMS_GROUP_HEARTBEAT = 88  # KIP-1071's, offered by brokers that run streams groups
 PARTITIONS = 3  # of the input: three tasks for each of the two sub-topologies
@@ -240,16 +241,22 @@ class Counts:
         return self.latest
 
 
-def judged_ok(recording: Path, applications: Sequence[str]) -> dict[str, str]:
-    """verify --strict on the recording: every verdict ok, each application's group among
-    them and at least one transactional id of each (exactly_once_v2's producers)."""
-    code, verdicts, said = verify(recording, "--strict")
-    assert code == 0, said
-    assert set(verdicts.values()) == {"ok"}, verdicts
+def judged_ok(recording: Path, protocol: str, applications: Sequence[str]) -> None:
+    """verify --strict on the recording: every verdict ok; each application's group among
+    them, of the protocol's type, and at least one transactional id of each (its
+    exactly_once_v2 producers: APPLICATION-PROCESS-THREAD)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--json", "-",
+         "--strict", str(recording)], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    judged = {g["key"]: g for g in json.loads(result.stdout)["groups"]}
+    assert {g["verdict"] for g in judged.values()} == {"ok"}, judged
     for application in applications:
-        assert verdicts.get(application) == "ok", (application, verdicts)
-        assert any(key.startswith(f"{application}-") for key in verdicts), (application, verdicts)
-    return verdicts
+        assert judged[application]["group_type"] == protocol, judged[application]
+        assert any(key.startswith(f"{application}-") and g["kind"] == "transactional_id"
+                   for key, g in judged.items()), (application, sorted(judged))  # fmt: skip
 
 
 def heartbeats_as(protocol: str, before: Counter[str], bootstrap: str) -> None:
@@ -297,7 +304,7 @@ def test_exactly_once_counts_on_every_coordinator(
         heartbeats_as(protocol, before, bootstrap)
     for app in applications:
         assert counted[app] == dict(orders.acknowledged), (app, counted[app], orders.acknowledged)
-    judged_ok(recording, applications)
+    judged_ok(recording, protocol, applications)
 
 
 def test_two_instances_share_the_tasks_and_one_survives_the_others_kill(
@@ -362,4 +369,4 @@ def test_two_instances_share_the_tasks_and_one_survives_the_others_kill(
           f"{sorted(shared[0])} / {sorted(shared[1])}, the first rebalanced "
           f"{first.rebalances()} times, took over in {took_over:.1f} s")  # fmt: skip
     assert counted == dict(orders.acknowledged), (counted, orders.acknowledged)
-    judged_ok(recording, [application])
+    judged_ok(recording, protocol, [application])
