@@ -370,3 +370,10 @@ def test_two_instances_share_the_tasks_and_one_survives_the_others_kill(
           f"{first.rebalances()} times, took over in {took_over:.1f} s")  # fmt: skip
     assert counted == dict(orders.acknowledged), (counted, orders.acknowledged)
     judged_ok(recording, protocol, [application])
+
+
+def test_the_streams_jars_are_fetched_at_the_clusters_version() -> None:
+    """scripts/kafka-streams/pom.xml names the version scripts/apache-kafka/pom.xml does
+    (the set-up passes that one; the pom's own is what `mvn -f` alone would fetch)."""
+    pom = (CLIENTS.parents[2] / "scripts" / "kafka-streams" / "pom.xml").read_text()
+    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in pom
