@@ -20,7 +20,7 @@ holds callers to these names).
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.answers import RewrittenAnswers
-from kafkatunnel.protocol.api_versions import cap_api_versions, readable_caps
+from kafkatunnel.protocol.api_versions import cap_api_versions, misdirected_to, readable_caps
 from kafkatunnel.protocol.coordinator import (
     COORDINATOR_ERRORS,
     DEFAULT_PARTITIONS,
@@ -115,6 +115,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "RequestHeader",
     "cap_api_versions",
     "readable_caps",
+    "misdirected_to",
     "expects_response",
     "frame",
     "parse_request_header",

@@ -13,6 +13,7 @@ import struct
 from kio.schema.index import api_key_map
 
 from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 from kafkatunnel.protocol.schema import known_versions
 
@@ -105,3 +106,34 @@ def _without_defaults(buf: bytes, pos: int) -> bytes | None:
         return None
     end = fields[-1].end
     return wire.write_uvarint(len(kept)) + b"".join(buf[f.start : f.end] for f in kept) + buf[end:]
+
+
+API_VERSIONS, REBOOTSTRAP_REQUIRED = 18, 129
+NODE_CHECKED_FROM = 5  # KIP-1242: ApiVersions names the node the client meant to reach
+
+
+def misdirected_to(request: bytes, response: bytes) -> int | None:
+    """The broker an ApiVersions exchange shows the client did NOT reach: the node its
+    request named (KIP-1242, v5+), when the answer is REBOOTSTRAP_REQUIRED, the error a
+    broker gives a client that meant another node. None otherwise, or when unreadable.
+
+    Read by hand from Kafka's own definition (ApiVersionsRequest.json, v5): after the
+    flexible request header, ClientSoftwareName and ClientSoftwareVersion (compact
+    strings), ClusterId (compact nullable string), NodeId (int32). The answer's header is
+    v0 whatever the version, and its body starts with ErrorCode.
+    """
+    try:
+        api_key, api_version, _ = struct.unpack_from(">hhi", request, SIZE_PREFIX)
+        if api_key != API_VERSIONS or api_version < NODE_CHECKED_FROM:
+            return None
+        error, _ = wire.read_int16(response, SIZE_PREFIX + 4)
+        if error != REBOOTSTRAP_REQUIRED:
+            return None
+        pos = wire.skip_string(request, SIZE_PREFIX + 8, compact=False)  # the client id
+        pos = wire.skip_tagged_fields(request, pos)
+        for _ in range(3):  # software name and version, cluster id
+            pos = wire.skip_string(request, pos, compact=True)
+        node, _ = wire.read_int32(request, pos)
+    except (ProtocolError, struct.error):
+        return None
+    return node if node >= 0 else None

@@ -34,7 +34,7 @@ from kafkatunnel.verify.resolutions import DnsAnswer, TcpDnsStream, answers_in
 COORDINATOR_APIS = {8, 9, 11, 12, 13, 14, 15, 22, 24, 25, 26, 28, 42, 47, 65, 68, 69, 76, 77,
                     88, 89, 90, 91, 92}  # fmt: skip
 ADDRESS_APIS = {0, 1, 3, 10, 55, 60, 78, 79}
-KEPT_APIS = COORDINATOR_APIS | {3, 10, 60}
+KEPT_APIS = COORDINATOR_APIS | {3, 10, 60, 18}  # ApiVersions: KIP-1242's node check
 KEPT_REQUESTS = KEPT_APIS | {1}
 KEPT_RESPONSES = KEPT_APIS | ADDRESS_APIS | {2}
 MAX_OUT_OF_ORDER = 256  # segments held waiting for a gap to fill before giving up on a flow

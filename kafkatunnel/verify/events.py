@@ -5,6 +5,8 @@ partition, the leader a Metadata answer names.
 CALL: a coordinator-scoped request and its answer's error, per group or transactional id;
 or a Produce, Fetch or ListOffsets answer's error, per partition.
 BROKERS / LEADERS: which node has which address; who leads the internal topics' partitions.
+MISDIRECTED: a connection meant for a node reached another broker, which said so (an
+ApiVersions answered REBOOTSTRAP_REQUIRED, KIP-1242).
 NAMED: an address a client-facing answer named (for the leak check).
 Bodies are decoded with kio (generated from Kafka's JSON schemas); addresses are found by
 the same byte walk the rewriter uses.
@@ -23,6 +25,7 @@ from kio.serial import entity_reader
 from kafkatunnel.protocol import (
     ProtocolError,
     addresses_in,
+    misdirected_to,
     parse_request_header,
     response_body_offset,
     top_level_error,
@@ -40,9 +43,10 @@ from kafkatunnel.verify.partitions import (
 )
 
 LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", "named"
+MISDIRECTED = "misdirected"
 GROUP, TRANSACTION, PARTITION = 0, 1, 2  # what an event's key is
 INTERNAL_TOPICS = {"__consumer_offsets": GROUP, "__transaction_state": TRANSACTION}
-JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
+JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 11, 14, 68, 18
 SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT = 76, 88
 # The heartbeats of the groups KIP-848 brought: the coordinator answers each with the
 # member's epoch.
@@ -346,7 +350,11 @@ def events_of(call: Call) -> list[Event]:
         out.extend(_partition_calls(call))
     if call.request is None:
         return out
-    if call.api_key == 10 and call.response is not None:
+    if call.api_key == API_VERSIONS and call.response is not None:
+        meant = misdirected_to(call.request, call.response)
+        if meant is not None:
+            out.append(Event(MISDIRECTED, response_ts, call.conn, API_VERSIONS, node=meant))
+    elif call.api_key == 10 and call.response is not None:
         out.extend(_lookups(call, _request(call), _response(call)))
     elif call.api_key in COORDINATOR_APIS:
         request = _request(call)

@@ -41,6 +41,7 @@ from kafkatunnel.verify.events import (
     CALL,
     LEADERS,
     LOOKUP,
+    MISDIRECTED,
     NAMED,
     PARTITION,
     Event,
@@ -150,6 +151,8 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
             if event.address is not None and event.node >= 0:
                 facts.address_nodes.setdefault(event.address, event.node)
                 facts.advertised.add((event.node, event.address))
+        elif event.kind == MISDIRECTED and event.node is not None:
+            facts.misdirected[event.node] = facts.misdirected.get(event.node, 0) + 1
         elif event.kind == LEADERS:
             by_type: dict[int, dict[int, int]] = {}
             for key_type, partition, leader in event.leaders:
@@ -162,7 +165,9 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
 
 
 def is_fact(event: Event) -> bool:
-    return event.kind in (BROKERS, LEADERS) or (event.kind == LOOKUP and event.error == 0)
+    return event.kind in (BROKERS, LEADERS, MISDIRECTED) or (
+        event.kind == LOOKUP and event.error == 0
+    )
 
 
 def is_about_a_key(event: Event) -> bool:
@@ -312,7 +317,7 @@ def fact_digest(events: Iterable[Event]) -> list[Event]:
     first: dict[tuple[str, int], Event] = {}
     out: list[Event] = []
     for event in events:
-        if event.kind == LEADERS:
+        if event.kind in (LEADERS, MISDIRECTED):
             out.append(event)
         elif is_fact(event):
             pairs = event.brokers if event.kind == BROKERS else ((event.node, event.address),)

@@ -10,9 +10,11 @@ latest FindCoordinator answer named (or other than the leader of the key's parti
 __consumer_offsets / __transaction_state, when Metadata for it was recorded); or, on a
 connection whose broker is only inferred, the named coordinator kept answering
 NOT_COORDINATOR after being looked up again (its address leads to another broker: the single
-port-forward failure); or a generation assigned a partition to two members, or chose a
-protocol a member did not offer; or a heartbeat was answered, without an error, with a
-member epoch lower than the member's own.
+port-forward failure); or, where brokers check the node a client meant (KIP-1242, Kafka
+4.4's brokers and clients), connections meant for the named coordinator were refused by
+another broker and none of its requests reached it; or a generation assigned a partition
+to two members, or chose a protocol a member did not offer; or a heartbeat was answered,
+without an error, with a member epoch lower than the member's own.
 Where the recording or the user says which broker a connection reached, NOT_COORDINATOR
 from the broker FindCoordinator named is that broker not being ready (loading a new
 __consumer_offsets, taking over from a restarted broker), never a misroute.
@@ -71,6 +73,8 @@ class Facts:
     # per key type: snapshots, sorted by time
     leaders: dict[int, list[LeaderSnapshot]] = field(default_factory=dict)
     identities: Identities | None = None  # which broker is behind each server address
+    # node -> connections meant for it that reached another broker (KIP-1242's check)
+    misdirected: dict[int, int] = field(default_factory=dict)
 
     def told(self, conn: Conn) -> bool:
         """Whether the broker behind a connection is known rather than inferred: a
@@ -207,6 +211,13 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         "or taking them over from another broker), not misrouted"
         for node in sorted(not_ready)
     )
+    refused = facts.misdirected.get(named, 0) if named is not None else 0
+    if refused and not checked:
+        wrong.append(
+            f"FindCoordinator named broker {named}, but {refused} connection(s) meant for broker "
+            f"{named} reached another broker, which refused them (ApiVersions answered "
+            "REBOOTSTRAP_REQUIRED, KIP-1242): its address leads to another broker"
+        )
     wrong.extend(_membership_problems(events))
     if errors["NOT_COORDINATOR"] and not wrong:
         notes.append(f"{errors['NOT_COORDINATOR']} NOT_COORDINATOR answer(s), then recovered")

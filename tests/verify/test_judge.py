@@ -233,3 +233,19 @@ def test_a_member_epoch_answered_lower_than_sent_fails(api: int) -> None:
         "member m1 sent epoch 4 and was answered with epoch 2: a broker that did not know "
         "the group answered as its coordinator"
     ]
+
+
+def test_a_coordinator_whose_connections_another_broker_refused_is_misrouted() -> None:
+    """Kafka 4.4 (KIP-1242): the client names the node it means in ApiVersions and a broker
+    that is not it answers REBOOTSTRAP_REQUIRED, so through one forward the group never
+    sends a coordinator request at all: without that evidence it would be unverified."""
+    refused = Facts(misdirected={2: 3})
+    verdict = judge("g", 0, [lookup(1, 2), lookup(5, 2)], refused)
+    assert verdict.verdict == MISROUTED
+    assert verdict.reasons[0].startswith(
+        "FindCoordinator named broker 2, but 3 connection(s) meant for broker 2 reached "
+        "another broker, which refused them"
+    )
+    assert judge("g", 0, [lookup(1, 2)], Facts()).verdict == UNVERIFIED
+    reached = judge("g", 0, [lookup(1, 2), call(2, 2)], refused)  # others' connections
+    assert reached.verdict == OK
