@@ -207,8 +207,8 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
             wrong.append("its last answer was NOT_COORDINATOR: it never reached its coordinator")
     notes.extend(
         f"broker {node}, which FindCoordinator named and the recording shows was reached, "
-        "answered NOT_COORDINATOR again and again: it was not ready yet (loading its groups, "
-        "or taking them over from another broker), not misrouted"
+        "answered NOT_COORDINATOR again and again: it was not ready yet (loading what it "
+        "coordinates, or taking it over from another broker), not misrouted"
         for node in sorted(not_ready)
     )
     refused = facts.misdirected.get(named, 0) if named is not None else 0

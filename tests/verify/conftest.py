@@ -17,6 +17,7 @@ from kafkatunnel.localcluster.processes import ManagedProcess
 DATA = Path(__file__).resolve().parent.parent / "data"
 ROUTED = DATA / "recordings" / "routed"
 SINGLE_FORWARD = DATA / "recordings" / "single-forward.pcapng"
+GROUP_KINDS = DATA / "recordings" / "group-kinds"  # scripts/record_group_kinds.py
 CAPTURES = DATA / "captures"
 
 # Credentials for the local S3 server (it accepts any): what a cluster's environment holds

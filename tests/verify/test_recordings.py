@@ -1,6 +1,7 @@
 """Verifying the recordings committed under tests/data: a routed session (tunnel, rotated
 into five files) verifies ok; the single-forward capture (dumpcap, no tunnel) fails, naming
-the groups and their NOT_COORDINATOR counts. Spark and the in-process pass agree."""
+the groups and their NOT_COORDINATOR counts; Apache Kafka 4.4 with a group of every kind
+verifies ok, each with its type. Spark and the in-process pass agree."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from kafkatunnel.verify.calls import FileDecoder
 from kafkatunnel.verify.job import PARALLEL_BYTES, Report, cores, verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK
 from kafkatunnel.waiting import wait_for
-from tests.verify.conftest import ROUTED, SINGLE_FORWARD
+from tests.verify.conftest import GROUP_KINDS, ROUTED, SINGLE_FORWARD
 
 
 def _by_kind(report: Report, key_type: int) -> dict[str, Any]:
@@ -41,6 +42,28 @@ def test_the_routed_session_verifies_ok() -> None:
     assert all(v.errors["NOT_COORDINATOR"] == 0 and v.checked >= 3 for v in groups.values())
     transactions = [v for v in _by_kind(report, 1).values() if v.verdict == OK]
     assert {v.coordinator for v in transactions} == {1, 2, 3}
+
+
+def test_every_kind_of_group_verifies_ok_with_its_type() -> None:
+    """Apache Kafka 4.4 through `up --record`: a classic, a consumer, a share and a streams
+    group (Kafka Streams, exactly once) and transactional ids, each judged by its own
+    coordinator-scoped requests."""
+    report = verify_local([str(GROUP_KINDS)])
+    assert report.ok and report.leaks == [] and report.problems == [], report.problems
+    groups = _by_kind(report, 0)
+    assert all(v.verdict == OK and v.checked >= 1 for v in groups.values()), groups
+    # scripts/record_group_kinds.py names each group after its kind: kinds-XXXX-<kind>
+    kinds = {"classic", "consumer", "share", "streams"}
+    typed = {k.rsplit("-", 1)[1]: v.group_type for k, v in groups.items()
+             if k.rsplit("-", 1)[1] in kinds}  # fmt: skip
+    assert typed == {kind: kind for kind in kinds}, groups
+    transactions = _by_kind(report, 1)
+    assert len(transactions) >= 2 and all(v.verdict == OK for v in transactions.values())
+    # The first transactional id of the new cluster created __transaction_state: broker 0,
+    # named and reached (the listener says so), answered NOT_COORDINATOR until it had loaded
+    # it. A broker not ready, not an address leading elsewhere.
+    loading = [v for v in transactions.values() if v.errors["NOT_COORDINATOR"] >= 3]
+    assert loading and all("not ready yet" in " ".join(v.reasons) for v in loading), loading
 
 
 def test_calls_split_by_rotation_are_joined_across_files() -> None:
@@ -65,7 +88,7 @@ def test_the_single_forward_capture_fails_naming_each_misrouted_group() -> None:
 
 
 def test_spark_and_the_single_process_pass_give_the_same_verdicts(spark: Any) -> None:
-    for path in (ROUTED, SINGLE_FORWARD):
+    for path in (ROUTED, SINGLE_FORWARD, GROUP_KINDS):
         local, distributed = verify_local([str(path)]), verify_spark([str(path)], spark)
         assert distributed.as_dict() == local.as_dict()
 
