@@ -319,7 +319,10 @@ def test_docs_clients_md_names_the_versions_tested() -> None:
         "franz-go": franz.group(1),
         "kafkajs": npm["kafkajs"],
         "@platformatic/kafka": npm["@platformatic/kafka"],
-        "Kafka's tools (`kafka-topics`, `kafka-consumer-groups`)": KAFKA_VERSION,
+        "Kafka's tools (`kafka-topics`, `kafka-consumer-groups`, `kafka-share-groups`)":
+            KAFKA_VERSION,
+        "Apache Kafka share consumer (`KafkaShareConsumer`, KIP-932)": KAFKA_VERSION,
+        "Kafka Streams (`kafka-streams`)": KAFKA_VERSION,
     }  # fmt: skip
     for client, version in expected.items():
         assert rows.get(client) == version, (client, rows.get(client), version)
