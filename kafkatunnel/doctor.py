@@ -20,7 +20,7 @@ from typing import Any
 
 from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.forwarder import KubectlForwarder
-from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError, can_i_args
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
 from kafkatunnel.probe import CLIENT_ID, ProbeConnection, split_address
 from kafkatunnel.protocol import NOT_COORDINATOR, BrokerAddress
@@ -136,7 +136,7 @@ def _check_rbac(kubectl: Kubectl) -> list[Result]:
             out.append(Result(
                 name, FAIL, f"forbidden{where}",
                 f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
-                f"(check: kubectl auth can-i {verb} {resource})",
+                f"(check: kubectl {' '.join(can_i_args(verb, resource))})",
             ))  # fmt: skip
     return out
 

@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def can_i_args(verb: str, resource: str) -> tuple[str, ...]:
+    """kubectl's question for a verb on a resource. A subresource goes in --subresource:
+    `kubectl auth can-i create pods/portforward` asks about a pod NAMED portforward, which
+    a Role granting pods/portforward does not allow, so the answer would be a wrong no."""
+    kind, _, subresource = resource.partition("/")
+    extra = (f"--subresource={subresource}",) if subresource else ()
+    return ("auth", "can-i", verb, kind, *extra)
+
+
 class KubectlError(RuntimeError):
     """kubectl could not do what the tunnel needs; the message names the cause and the fix.
 
@@ -86,7 +95,7 @@ class Kubectl:
 
     async def can_i(self, verb: str, resource: str, timeout: float = 30.0) -> bool:
         """`kubectl auth can-i`: it prints yes (exit 0) or no (exit 1)."""
-        args = ("auth", "can-i", verb, resource)
+        args = can_i_args(verb, resource)
         _returncode, out, err = await self._call(args, timeout)
         answer = out.decode().strip().splitlines()[:1]
         if answer and answer[0].startswith(("yes", "no")):
@@ -141,7 +150,7 @@ def explain(stderr: str, args: tuple[str, ...] | list[str]) -> KubectlError:
         return KubectlError(
             f'RBAC forbids {verb} {resource}{where} for user "{forbidden["user"]}": the tunnel '
             f"needs get/list pods and create pods/portforward; ask your cluster admin for a Role "
-            f"granting `{verb}` on `{resource}` (kubectl auth can-i {verb} {resource})",
+            f"granting `{verb}` on `{resource}` (kubectl {' '.join(can_i_args(verb, resource))})",
             permanent=True,
         )
     credentials = _explain_credentials(text)
