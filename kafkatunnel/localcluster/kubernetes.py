@@ -323,7 +323,9 @@ class KubernetesCluster:
                 seen += (proc / "cgroup").read_text()
                 if any(mark in seen for mark in marks):
                     found.append(f"process {proc.name}: {seen.splitlines()[0][:200]}")
-        for hierarchy in _cgroup_children():
+        for hierarchy, names in _cgroup_children().items():
+            made = (names - self._cgroups_before.get(hierarchy, set())) & set(CGROUP_NAMES)
+            found += [f"cgroup {hierarchy / name}" for name in sorted(made)]
             found += [f"cgroup {c}" for c in self._containers
                       if (hierarchy / "k8s.io" / c).exists()]  # fmt: skip
         return found
