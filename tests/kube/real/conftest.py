@@ -31,5 +31,5 @@ def kubernetes() -> Iterator[KubernetesCluster]:
 @pytest.fixture(scope="session")
 def echo_pod(kubernetes: KubernetesCluster) -> str:
     """A pod whose port 7000 sends back what it gets; its name."""
-    kubernetes.run_pod("echo", ECHO, ports={"echo": ECHO_PORT})
+    kubernetes.run_pod("echo", ECHO, ports={"echo": ECHO_PORT}, labels={"app": "echo"})
     return "echo"
