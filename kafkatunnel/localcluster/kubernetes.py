@@ -113,6 +113,9 @@ class KubernetesCluster:
     file it made is gone on exit."""
 
     def __init__(self, *, streaming_idle_timeout: str = "30s") -> None:
+        """`streaming_idle_timeout`: how long a port-forward may idle before the runtime
+        closes it. containerd's stream_idle_timeout is the one that acts (the kubelet's
+        streamingConnectionIdleTimeout, set alike, only binds runtimes inside the kubelet)."""
         self.home = kubernetes_home()
         self.debian = self.home / "debian"
         self.streaming_idle_timeout = streaming_idle_timeout
@@ -503,6 +506,7 @@ state = "{state}"
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  stream_idle_timeout = "{self.streaming_idle_timeout}"
   enable_tls_streaming = false
 [{cri}.containerd]
   snapshotter = "overlayfs"
