@@ -290,6 +290,9 @@ kt_client_libraries() {
 KT_KUBERNETES_VERSION="$(sed -n 's:^require k8s.io/kubernetes \(v[0-9.]*\).*:\1:p; s:^\tk8s.io/kubernetes \(v[0-9.]*\).*:\1:p' "$KT_ROOT/scripts/kubernetes/go.mod" | head -1)"
 KT_KUBERNETES="${KAFKATUNNEL_KUBERNETES:-$HOME/.cache/kafkatunnel/kubernetes-${KT_KUBERNETES_VERSION#v}}"
 KT_KUBERNETES_DEBS=(etcd-server containerd runc containernetworking-plugins busybox-static)
+# The pods' Java (for Kafka in pods): a Debian root file system with its Java 17, by
+# debootstrap (Debian's package), as the container tests' image is made. Root only.
+KT_JAVA_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-java17.tar"
 kt_kubernetes() {
   local go version="$KT_KUBERNETES_VERSION" minor work package
   go="$(command -v go || echo /usr/local/go/bin/go)"
@@ -324,5 +327,17 @@ kt_kubernetes() {
     rm -rf "$KT_KUBERNETES/debian.partial" && mkdir -p "$KT_KUBERNETES/debian.partial"
     for package in "$work"/*.deb; do dpkg -x "$package" "$KT_KUBERNETES/debian.partial"; done
     rm -rf "$work" "$KT_KUBERNETES/debian" && mv "$KT_KUBERNETES/debian.partial" "$KT_KUBERNETES/debian"
+  fi
+  if [ ! -f "$KT_JAVA_ROOTFS" ] && [ "$(id -u)" = 0 ]; then
+    kt_apt_packages debootstrap:debootstrap
+    kt_log "making a Debian root file system with Java 17 (for pods) into $KT_JAVA_ROOTFS"
+    work="$(mktemp -d)"
+    /usr/sbin/debootstrap --variant=minbase --include=openjdk-17-jre-headless \
+      "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$work/root" http://deb.debian.org/debian >/dev/null
+    rm -rf "$work"/root/var/cache/apt/archives/*.deb "$work"/root/var/lib/apt/lists/*
+    mkdir -p "$(dirname "$KT_JAVA_ROOTFS")"
+    tar -C "$work/root" -cf "$KT_JAVA_ROOTFS.partial" .
+    mv "$KT_JAVA_ROOTFS.partial" "$KT_JAVA_ROOTFS"
+    rm -rf "$work"
   fi
 }

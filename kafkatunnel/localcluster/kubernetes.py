@@ -542,11 +542,21 @@ state = "{state}"
                               env={**os.environ, **self._containerd_env()})  # fmt: skip
 
     def _import_images(self) -> None:
-        archive = self.workdir / "images.tar"
-        write_busybox_images(archive, self.debian / "bin/busybox")
-        done = self._ctr("images", "import", str(archive), timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(f"ctr images import: {done.stderr.strip()}")
+        layer = self.workdir / "busybox.tar"
+        write_busybox_layer(layer, self.debian / "bin/busybox")
+        self.import_image(layer, BUSYBOX, PAUSE)
+
+    def import_image(self, rootfs: Path, *images: Image) -> None:
+        """`images` of the root file system `rootfs` (a tar), imported into containerd: no
+        registry is asked, pods name them with imagePullPolicy Never."""
+        archive = self.workdir / "import.tar"
+        try:
+            write_image_archive(archive, rootfs, list(images))
+            done = self._ctr("images", "import", str(archive), timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"ctr images import {rootfs}: {done.stderr.strip()}")
+        finally:
+            archive.unlink(missing_ok=True)
 
     def _start_kubelet(self, pki: Path) -> None:
         assert self._authority is not None
@@ -639,12 +649,36 @@ state = "{state}"
             self._ctr("containers", "delete", container, timeout=30)
 
 
-def write_busybox_images(archive: Path, busybox: Path) -> None:
-    """A docker-archive holding two images of one layer, Debian's static busybox: the
-    pods' own (busybox as its entrypoint's shell) and the pause image every pod sandbox
-    starts with (a sleep that outlives any test)."""
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w") as tar:
+@dataclass(frozen=True)
+class Image:
+    """An image to make from a root file system: its name and how its containers start."""
+
+    name: str
+    entrypoint: tuple[str, ...]
+    env: tuple[str, ...] = ("PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",)
+
+
+BUSYBOX = Image(BUSYBOX_IMAGE, ("/bin/sh",), ("PATH=/bin",))
+PAUSE = Image(PAUSE_IMAGE, ("/bin/busybox", "sleep", "2147483647"), ("PATH=/bin",))
+# Debian with its Java 17, for Kafka in pods: scripts/_setup.sh makes the root file system.
+JAVA = Image("docker.io/kafkatunnel-tests/java:17", ("/bin/sh",))
+
+
+def java_rootfs() -> Path:
+    """The Debian root file system with Java 17 that scripts/_setup.sh made with debootstrap."""
+    rootfs = Path.home() / ".cache" / "kafkatunnel" / "images" / "debian-java17.tar"
+    if not rootfs.exists():
+        raise KubernetesUnavailable(
+            f"{rootfs} is missing: scripts/test makes it with debootstrap, as root "
+            f"(source scripts/_setup.sh; kt_kubernetes)"
+        )
+    return rootfs
+
+
+def write_busybox_layer(layer: Path, busybox: Path) -> None:
+    """A root file system of Debian's static busybox alone, as a tar: the pods' first
+    image and the pause image every pod sandbox starts with (a sleep outliving any test)."""
+    with tarfile.open(layer, mode="w") as tar:
         for directory in ("bin", "etc", "tmp", "proc", "sys", "dev", "root"):
             info = tarfile.TarInfo(directory)
             info.type, info.mtime = tarfile.DIRTYPE, 0
@@ -658,22 +692,30 @@ def write_busybox_images(archive: Path, busybox: Path) -> None:
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "busybox", 0
             tar.addfile(link)
-    layer_bytes = layer.getvalue()
-    diff_id = hashlib.sha256(layer_bytes).hexdigest()
-    images = {BUSYBOX_IMAGE: ["/bin/sh"], PAUSE_IMAGE: ["/bin/busybox", "sleep", "2147483647"]}
+
+
+def write_image_archive(archive: Path, layer: Path, images: list[Image]) -> None:
+    """A docker-archive (what `ctr images import` takes) of `images`, each of the one
+    layer `layer`, a root file system as a tar (debootstrap's, say)."""
+    digest = hashlib.sha256()
+    with layer.open("rb") as source:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+    diff_id = digest.hexdigest()
     manifest = []
     with tarfile.open(archive, "w") as out:
-        _add(out, f"{diff_id}/layer.tar", layer_bytes)
-        for name, entrypoint in images.items():
+        out.add(layer, arcname=f"{diff_id}/layer.tar")
+        for image in images:
             config = json.dumps({
                 "architecture": "amd64", "os": "linux",
-                "config": {"Entrypoint": entrypoint, "Env": ["PATH=/bin"]},
+                "config": {"Entrypoint": list(image.entrypoint), "Env": list(image.env)},
                 "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
-                "history": [{"created_by": "kafkatunnel: Debian's busybox-static"}],
+                "history": [{"created_by": f"kafkatunnel: {layer.name}"}],
             }).encode()  # fmt: skip
             config_name = f"{hashlib.sha256(config).hexdigest()}.json"
             _add(out, config_name, config)
-            manifest.append({"Config": config_name, "RepoTags": [name.removeprefix("docker.io/")],
+            manifest.append({"Config": config_name,
+                             "RepoTags": [image.name.removeprefix("docker.io/")],
                              "Layers": [f"{diff_id}/layer.tar"]})  # fmt: skip
         _add(out, "manifest.json", json.dumps(manifest).encode())
 
