@@ -130,6 +130,7 @@ class KubernetesCluster:
         self._namespace_name: str | None = None
         self._containers: set[str] = set()  # every container id seen, for leftovers()
         self._cni_cache_made = False
+        self._imported: set[str] = set()  # image names
 
     # -- what tests use -----------------------------------------------------------------------
 
@@ -179,17 +180,29 @@ class KubernetesCluster:
         image: str = BUSYBOX_IMAGE,
         ports: dict[str, int] | None = None,
         labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        host_paths: dict[str, Path] | None = None,
         timeout: float = 60,
     ) -> dict[str, Any]:
-        """A pod on the node, running `command`; returns it once Running and Ready."""
+        """A pod on the node, running `command`, with `env` (the value `status.podIP` is
+        the pod's address) and host directories mounted read-only (container path ->
+        host path); returns it once Running and Ready."""
         self.ensure_namespace(namespace)
+        mounts = sorted((host_paths or {}).items())
         container: dict[str, Any] = {
             "name": "main",
             "image": image,
             "imagePullPolicy": "Never",
             "command": command,
             "ports": [{"name": k, "containerPort": v} for k, v in (ports or {}).items()],
-        }
+            "env": [
+                {"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}}
+                if v == "status.podIP" else {"name": k, "value": v}
+                for k, v in (env or {}).items()
+            ],
+            "volumeMounts": [{"name": f"host-{i}", "mountPath": inside, "readOnly": True}
+                             for i, (inside, _) in enumerate(mounts)],
+        }  # fmt: skip
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -199,8 +212,10 @@ class KubernetesCluster:
                 "automountServiceAccountToken": False,
                 "terminationGracePeriodSeconds": 1,
                 "containers": [container],
+                "volumes": [{"name": f"host-{i}", "hostPath": {"path": str(host)}}
+                            for i, (_, host) in enumerate(mounts)],
             },
-        }
+        }  # fmt: skip
         self.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
         return self.wait_pod_ready(name, namespace=namespace, timeout=timeout)
 
@@ -548,13 +563,17 @@ state = "{state}"
 
     def import_image(self, rootfs: Path, *images: Image) -> None:
         """`images` of the root file system `rootfs` (a tar), imported into containerd: no
-        registry is asked, pods name them with imagePullPolicy Never."""
+        registry is asked, pods name them with imagePullPolicy Never. Once per cluster."""
+        wanted = [image for image in images if image.name not in self._imported]
+        if not wanted:
+            return
         archive = self.workdir / "import.tar"
         try:
-            write_image_archive(archive, rootfs, list(images))
+            write_image_archive(archive, rootfs, wanted)
             done = self._ctr("images", "import", str(archive), timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"ctr images import {rootfs}: {done.stderr.strip()}")
+            self._imported.update(image.name for image in wanted)
         finally:
             archive.unlink(missing_ok=True)
 
