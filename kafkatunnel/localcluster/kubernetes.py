@@ -27,6 +27,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -131,6 +132,7 @@ class KubernetesCluster:
         self._containers: set[str] = set()  # every container id seen, for leftovers()
         self._cni_cache_made = False
         self._imported: set[str] = set()  # image names
+        self._commands: dict[str, tuple[list[str], dict[str, str] | None]] = {}
 
     # -- what tests use -----------------------------------------------------------------------
 
@@ -297,7 +299,16 @@ class KubernetesCluster:
 
     def stop(self) -> None:
         """Pods first (the kubelet tears their sandboxes and networks down), then each
-        process; then whatever mount, pod network namespace, cgroup or process is left."""
+        process; then whatever mount, pod network namespace, cgroup or process is left.
+        A containerd or kubelet found dead is started again first: only they can stop the
+        pods' containers and tear their networks down."""
+        for name in ("containerd", "kubelet"):
+            process = self.processes.get(name)
+            if process is not None and not process.alive():
+                with contextlib.suppress(Exception):
+                    self._process(name, *self._commands[name])
+                    if name == "containerd":
+                        self._wait_containerd()
         if "kubelet" in self.processes and self.admin is not None:
             with contextlib.suppress(Exception):
                 self._delete_all_pods()
@@ -362,6 +373,20 @@ class KubernetesCluster:
 
     def _process(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.processes[name] = ManagedProcess(argv, name=name, env=env)
+        self._commands[name] = (argv, env)
+
+    def kill_and_restart(self, name: str) -> None:
+        """SIGKILL one of the cluster's processes ("kubelet", "containerd") and start it
+        again as it was, as a node's supervisor would: the pods' containers live on (their
+        shims are containerd's children in name only). Call it from a thread that outlives
+        the cluster: a child dies with the thread that started it (PR_SET_PDEATHSIG)."""
+        process = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.stop(timeout=15)
+        self._process(name, *self._commands[name])
+        if name == "containerd":
+            self._wait_containerd()
 
     def _node_address(self) -> None:
         """The node's address (the kubelet refuses a loopback one): the pods' bridge's,
@@ -541,6 +566,9 @@ state = "{state}"
             str(self.debian / "usr/bin/containerd"), "--config", str(top / "config.toml"),
             "--log-level", "warn",
         ]), env=self._containerd_env())  # fmt: skip
+        self._wait_containerd()
+
+    def _wait_containerd(self) -> None:
         containerd = self.processes["containerd"]
 
         def answering() -> bool:

@@ -3,6 +3,8 @@ Started beside the session's cluster (on its worker, after it), which it must no
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster
@@ -25,4 +27,20 @@ def test_a_stopped_cluster_leaves_nothing(kubernetes: KubernetesCluster) -> None
                                 timeout=30).stdout  # fmt: skip
     assert namespace not in namespaces
     # the session's cluster still serves
+    assert kubernetes.api("GET", "/readyz") == "ok"
+
+
+def test_a_cluster_stopped_with_containerd_dead_leaves_nothing(
+    kubernetes: KubernetesCluster,
+) -> None:
+    """containerd killed, the pods' containers live on without it: stop() starts it again to
+    stop them, rather than leave them running."""
+    other = KubernetesCluster()
+    with other:
+        other.run_pod("echo", ECHO, ports={"echo": ECHO_PORT})
+        other.note_containers()
+        containerd = other.processes["containerd"]
+        os.kill(containerd.pid, signal.SIGKILL)
+        containerd.popen.wait(timeout=30)
+    assert other.leftovers() == []
     assert kubernetes.api("GET", "/readyz") == "ok"
