@@ -1,11 +1,13 @@
 """A real one-node Kubernetes, for what only a real one shows: `kubectl port-forward`
 answered by kube-apiserver, the kubelet and containerd rather than by a stand-in.
 
-Everything runs in a network namespace of its own: etcd and kube-apiserver on the
-namespace's loopback, the kubelet on the address of the pods' bridge,
-containerd over CRI with the bridge CNI plugin, so pod addresses exist only inside. kubectl
-on the host reaches the API server through a relay on the host's loopback (a socat there,
-a socat inside, a Unix socket between them): nothing of the cluster listens anywhere else.
+Everything runs in a network namespace of its own (entered with nsenter, so that the
+kubelet's and containerd's mounts are in the host's mount table, where stop() finds them):
+etcd and kube-apiserver on the namespace's loopback, the kubelet on the address of the pods'
+bridge, containerd over CRI with the bridge CNI plugin, so pod addresses exist only inside.
+kubectl on the host reaches the API server through a relay on the host's loopback (a socat
+there, a socat inside, a Unix socket between them): nothing of the cluster listens anywhere
+else.
 
 kube-apiserver authorizes with the Node and RBAC authorizers, users are client
 certificates from the cluster's own CA, service-account tokens are signed with a key made
