@@ -300,3 +300,65 @@ kt_client_libraries() {
   (cd "$target.partial" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   mv "$target.partial" "$target"
 }
+
+# A real one-node Kubernetes for the tests (kafkatunnel/localcluster/kubernetes.py):
+# kube-apiserver and the kubelet built once from the Go module proxy at the release
+# scripts/kubernetes/go.mod pins (nothing of Kubernetes is in this repository), with that
+# release stamped in as their version, into a cache outside the repository; Go's own caches
+# beside it. etcd, containerd, runc, the CNI plugins and the pods' busybox are Debian's,
+# unpacked into the same cache and never installed. About 4 minutes of building on two
+# cores, once.
+KT_KUBERNETES_VERSION="$(sed -n 's:^require k8s.io/kubernetes \(v[0-9.]*\).*:\1:p; s:^\tk8s.io/kubernetes \(v[0-9.]*\).*:\1:p' "$KT_ROOT/scripts/kubernetes/go.mod" | head -1)"
+KT_KUBERNETES="${KAFKATUNNEL_KUBERNETES:-$HOME/.cache/kafkatunnel/kubernetes-${KT_KUBERNETES_VERSION#v}}"
+KT_KUBERNETES_DEBS=(etcd-server containerd runc containernetworking-plugins busybox-static)
+# The pods' Java (for Kafka in pods): a Debian root file system with its Java 17, by
+# debootstrap (Debian's package), as the container tests' image is made. Root only.
+KT_JAVA_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-java17.tar"
+kt_kubernetes() {
+  local go version="$KT_KUBERNETES_VERSION" minor work package
+  go="$(command -v go || echo /usr/local/go/bin/go)"
+  if [ ! -x "$KT_KUBERNETES/bin/kubelet" ] || [ ! -x "$KT_KUBERNETES/bin/kube-apiserver" ]; then
+    if [ ! -x "$go" ]; then
+      kt_log "no Go toolchain: the real-Kubernetes tests will say so"
+      return 0
+    fi
+    kt_log "building Kubernetes $version (kube-apiserver, kubelet) into $KT_KUBERNETES"
+    minor="${version#v*.}" && minor="${minor%%.*}"
+    rm -rf "$KT_KUBERNETES/bin.partial" && mkdir -p "$KT_KUBERNETES/bin.partial"
+    (cd "$KT_ROOT/scripts/kubernetes" &&
+      GOPATH="$HOME/.cache/kafkatunnel/go" GOMODCACHE="$HOME/.cache/kafkatunnel/go/pkg/mod" \
+        GOCACHE="$HOME/.cache/kafkatunnel/go-build" GOFLAGS=-modcacherw GOTOOLCHAIN=local \
+        nice "$go" build -trimpath -o "$KT_KUBERNETES/bin.partial/" \
+        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version \
+          -X k8s.io/component-base/version.gitMajor=1 \
+          -X k8s.io/component-base/version.gitMinor=$minor \
+          -X k8s.io/component-base/version.gitTreeState=clean \
+          -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet)
+    rm -rf "$KT_KUBERNETES/bin" && mv "$KT_KUBERNETES/bin.partial" "$KT_KUBERNETES/bin"
+  fi
+  if { [ ! -x "$KT_KUBERNETES/debian/usr/bin/containerd" ] || [ ! -x "$KT_KUBERNETES/debian/bin/busybox" ]; } &&
+    command -v apt-get >/dev/null 2>&1; then
+    kt_log "unpacking Debian's ${KT_KUBERNETES_DEBS[*]} (for the tests) into $KT_KUBERNETES/debian"
+    work="$(mktemp -d)" && chmod 755 "$work"
+    if ! (cd "$work" && apt-get download -q "${KT_KUBERNETES_DEBS[@]}" >/dev/null 2>&1); then
+      kt_apt_update  # no package lists yet
+      (cd "$work" && apt-get download -q "${KT_KUBERNETES_DEBS[@]}" >/dev/null)
+    fi
+    rm -rf "$KT_KUBERNETES/debian.partial" && mkdir -p "$KT_KUBERNETES/debian.partial"
+    for package in "$work"/*.deb; do dpkg -x "$package" "$KT_KUBERNETES/debian.partial"; done
+    rm -rf "$work" "$KT_KUBERNETES/debian" && mv "$KT_KUBERNETES/debian.partial" "$KT_KUBERNETES/debian"
+  fi
+  if [ ! -f "$KT_JAVA_ROOTFS" ] && [ "$(id -u)" = 0 ]; then
+    kt_apt_packages debootstrap:debootstrap
+    kt_log "making a Debian root file system with Java 17 (for pods) into $KT_JAVA_ROOTFS"
+    work="$(mktemp -d)"
+    /usr/sbin/debootstrap --variant=minbase --include=openjdk-17-jre-headless \
+      "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$work/root" http://deb.debian.org/debian >/dev/null
+    rm -rf "$work"/root/var/cache/apt/archives/*.deb "$work"/root/var/lib/apt/lists/*
+    mkdir -p "$(dirname "$KT_JAVA_ROOTFS")"
+    tar -C "$work/root" -cf "$KT_JAVA_ROOTFS.partial" .
+    mv "$KT_JAVA_ROOTFS.partial" "$KT_JAVA_ROOTFS"
+    rm -rf "$work"
+  fi
+}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +27,9 @@ class Issued:
     chain: Path  # key and certificate in one file, as Kafka's PEM keystore takes them
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
+    groups = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    return x509.Name([*groups, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 class Authority:
@@ -52,9 +54,12 @@ class Authority:
         self.pem = directory / f"{name.replace(' ', '-')}.pem"
         self.pem.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, stem: str, names: list[str], *, client: bool = False) -> Issued:
+    def issue(
+        self, stem: str, names: list[str], *, client: bool = False, groups: Sequence[str] = ()
+    ) -> Issued:
         """A certificate for `names` (host names or IP literals; the first is its CN), for
-        a server, or with `client` for a user."""
+        a server, or with `client` for a user; `groups` are its organizations (O), which
+        Kubernetes reads as the user's groups."""
         key = ec.generate_private_key(ec.SECP256R1())
         alternatives: list[x509.GeneralName] = []
         for name in names:
@@ -66,7 +71,7 @@ class Authority:
         now = datetime.datetime.now(datetime.UTC)
         cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(names[0]))
+            .subject_name(_name(names[0], groups))
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())

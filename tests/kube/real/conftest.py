@@ -1,0 +1,35 @@
+"""One real Kubernetes for the session (kafkatunnel/localcluster/kubernetes.py): etcd,
+kube-apiserver, the kubelet and containerd in a network namespace of their own, reached by
+the host's kubectl through a relay on loopback. Its first pod is an echo server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kafkatunnel.localcluster import isolation_problem
+from kafkatunnel.localcluster.kubernetes import KubernetesCluster
+
+ECHO_PORT = 7000
+ECHO = ["/bin/busybox", "nc", "-ll", "-p", str(ECHO_PORT), "-e", "/bin/busybox", "cat"]
+
+
+@pytest.fixture(scope="session")
+def kubernetes() -> Iterator[KubernetesCluster]:
+    """The one-node cluster, started once; after it stopped, nothing of it is left."""
+    problem = isolation_problem()
+    if problem:
+        pytest.skip(f"needs network isolation, which is unavailable: {problem}")
+    cluster = KubernetesCluster(streaming_idle_timeout="30s")
+    with cluster:
+        yield cluster
+    left = cluster.leftovers()
+    assert not left, f"the cluster left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def echo_pod(kubernetes: KubernetesCluster) -> str:
+    """A pod whose port 7000 sends back what it gets; its name."""
+    kubernetes.run_pod("echo", ECHO, ports={"echo": ECHO_PORT}, labels={"app": "echo"})
+    return "echo"
