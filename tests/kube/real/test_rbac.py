@@ -135,13 +135,10 @@ def test_doctor_fails_a_user_without_pods_portforward(reader: User) -> None:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="doctor asks `kubectl auth can-i create pods/portforward`, which kubectl reads as "
-    "TYPE/NAME (a pod named portforward), not the subresource: the real authorizer says no "
-    "to a user who may port-forward (`--subresource=portforward` asks the right question)",
-)
 def test_doctor_passes_a_user_with_exactly_those_permissions(forwarder: User) -> None:
+    """doctor asks about the subresource (`--subresource=portforward`): asked as
+    `pods/portforward`, kubectl reads TYPE/NAME, a pod named portforward, and the real
+    authorizer says no to a user who may port-forward."""
     assert _rbac(forwarder) == {
         "RBAC: get pods": PASS,
         "RBAC: list pods": PASS,
