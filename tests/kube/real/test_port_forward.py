@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -71,24 +72,31 @@ def test_kubectl_port_forward_reaches_the_pod(
         forward.stop()
 
 
-def test_kafkatunnels_forward_reaches_the_pod(kubernetes: KubernetesCluster, echo_pod: str) -> None:
-    """The supervised `kubectl port-forward` that `up --via kubectl` runs for each broker."""
+def echo_through_forward(kubeconfig: Path, pod_name: str, message: bytes) -> bytes:
+    """What the echo pod sends back through the supervised `kubectl port-forward` that
+    `up --via kubectl` runs for each broker, as the user of `kubeconfig`."""
 
     async def pod() -> str:
-        return echo_pod
+        return pod_name
 
     async def run() -> bytes:
-        kubectl = Kubectl(binary=KUBECTLS[NEWEST], kubeconfig=str(kubernetes.kubeconfig))
+        kubectl = Kubectl(binary=KUBECTLS[NEWEST], kubeconfig=str(kubeconfig))
         forward = PortForward(kubectl, pod, ECHO_PORT, lambda: None, probe=probe_tcp)
         forward.start()
         try:
             port = await forward.wait_ready(60)
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"through kafkatunnel's forward\n")
-            got = await asyncio.wait_for(reader.readexactly(30), 10)
+            writer.write(message)
+            got = await asyncio.wait_for(reader.readexactly(len(message)), 10)
             writer.close()
             return got
         finally:
             await forward.stop()
 
-    assert asyncio.run(run()) == b"through kafkatunnel's forward\n"
+    return asyncio.run(run())
+
+
+def test_kafkatunnels_forward_reaches_the_pod(kubernetes: KubernetesCluster, echo_pod: str) -> None:
+    """The supervised `kubectl port-forward` that `up --via kubectl` runs for each broker."""
+    message = b"through kafkatunnel's forward\n"
+    assert echo_through_forward(kubernetes.kubeconfig, echo_pod, message) == message

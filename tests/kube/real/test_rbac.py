@@ -4,7 +4,6 @@ and say so."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -15,12 +14,11 @@ import pytest
 
 from kafkatunnel.doctor import FAIL, PASS, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
-from kafkatunnel.kube.portforward import PortForward, probe_tcp
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster, User
 from tests.kube.conftest import KUBECTLS, NEWEST
 from tests.kube.real.conftest import ECHO_PORT
-from tests.kube.real.test_port_forward import echoed
+from tests.kube.real.test_port_forward import echo_through_forward, echoed
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
 Rule = dict[str, list[str]]
@@ -84,24 +82,9 @@ def test_without_pods_portforward_kubectl_is_refused(
 def test_kafkatunnels_forward_as_a_user_with_exactly_those_permissions(
     forwarder: User, echo_pod: str
 ) -> None:
-    async def pod() -> str:
-        return echo_pod
-
-    async def run() -> bytes:
-        kubectl = Kubectl(binary=KUBECTLS[NEWEST], kubeconfig=str(forwarder.kubeconfig))
-        forward = PortForward(kubectl, pod, ECHO_PORT, lambda: None, probe=probe_tcp)
-        forward.start()
-        try:
-            port = await forward.wait_ready(60)
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"as forwarder\n")
-            got = await asyncio.wait_for(reader.readexactly(13), 10)
-            writer.close()
-            return got
-        finally:
-            await forward.stop()
-
-    assert asyncio.run(run()) == b"as forwarder\n"
+    assert echo_through_forward(forwarder.kubeconfig, echo_pod, b"as forwarder\n") == (
+        b"as forwarder\n"
+    )
 
 
 def up(user: User, *args: str) -> subprocess.CompletedProcess[str]:
