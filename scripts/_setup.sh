@@ -154,7 +154,7 @@ kt_apache_kafka() {
 }
 
 # The last Apache Kafka 3.x (<kafka3.version> in the same pom), for the tests' second
-# cluster (tests/apache/kafka39/): the same pom at that version, into a cache of its own.
+# cluster (tests/apache3/): the same pom at that version, into a cache of its own.
 KT_KAFKA3_VERSION="$(sed -n 's:.*<kafka3.version>\(.*\)</kafka3.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
 KT_KAFKA3_LIB="$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA3_VERSION/lib"
 kt_apache_kafka3() {
