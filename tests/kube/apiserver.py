@@ -2,6 +2,13 @@
 (tests/kube/bin/kubectl): discovery, the reads kafkatunnel makes, SelfSubjectAccessReview,
 and pods/portforward upgraded to SPDY/3.1 with the kubelet's side of the streams.
 
+A stand-in kept for what a real cluster cannot produce on demand: zombie forwards (a pod
+restarted or gone under a running kubectl, kubectl#686, kubernetes#67059, #78446), a laptop
+that slept, API latency, and the behaviours of old kubectl releases against them. What a
+real cluster does produce (RBAC by the real authorizer, idle streams closed by the runtime,
+the kubelet or containerd restarted) is tested against one:
+kafkatunnel/localcluster/kubernetes.py, tests/kube/real.
+
     python tests/kube/apiserver.py WORLD PORT [CERT KEY]    prints "serving on 127.0.0.1:PORT"
 
 It answers as kube-apiserver and the kubelet do (Status objects with their reasons, the
