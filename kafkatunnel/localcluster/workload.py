@@ -29,6 +29,14 @@ FENCED = frozenset({
     confluent_kafka.KafkaError.ILLEGAL_GENERATION,
     confluent_kafka.KafkaError.REBALANCE_IN_PROGRESS,
 })  # fmt: skip
+MOVING = frozenset(
+    {
+        confluent_kafka.KafkaError.NOT_COORDINATOR,
+        confluent_kafka.KafkaError.COORDINATOR_NOT_AVAILABLE,
+        confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)  # fmt: skip  (retriable: the group's coordinator moved, or is loading it)
+COMMIT_TIMEOUT = 30.0  # how long a final commit is tried again while its coordinator moves
 COORDINATOR_ERRORS = re.compile(
     r"Not coordinator|NOT_COORDINATOR|Coordinator not available|COORDINATOR_NOT_AVAILABLE|"
     r"Coordinator load in progress|COORDINATOR_LOAD_IN_PROGRESS"
@@ -185,15 +193,20 @@ def consume_group(
                 processed.add(position)
             result.consumed += 1
             result.values.append(message.value() or b"")
-        if result.consumed:
+        commit_by = time.monotonic() + COMMIT_TIMEOUT
+        while result.consumed:
             try:
                 consumer.commit(asynchronous=False)
             except confluent_kafka.KafkaException as error:
                 code = error.args[0].code()
+                if code in MOVING and time.monotonic() < commit_by:
+                    time.sleep(0.1)  # its coordinator moved or is loading: again, as apps do
+                    continue
                 if code in FENCED:  # stopped while its group rebalanced: redelivered later
                     result.errors.append(str(error.args[0]))
                 elif code != confluent_kafka.KafkaError._NO_OFFSET:
                     raise  # _NO_OFFSET: the auto-commit already stored everything
+            break
     finally:
         consumer.close()
     result.coordinator_errors = [line for line in log.lines if COORDINATOR_ERRORS.search(line)]
