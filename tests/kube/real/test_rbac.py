@@ -49,12 +49,17 @@ def reader(kubernetes: KubernetesCluster) -> User:
     return grant(kubernetes, "reader", [PODS])
 
 
+def port_forward(version: str, user: User, pod: str) -> list[str]:
+    """kubectl `version`'s port-forward to the echo pod, as `user`."""
+    return [KUBECTLS[version], "--kubeconfig", str(user.kubeconfig), "port-forward",
+            f"pod/{pod}", f":{ECHO_PORT}"]  # fmt: skip
+
+
 @pytest.mark.parametrize("version", sorted({OLDEST, NEWEST}))
 def test_get_list_pods_and_create_portforward_are_enough(
     forwarder: User, echo_pod: str, version: str
 ) -> None:
-    argv = [KUBECTLS[version], "--kubeconfig", str(forwarder.kubeconfig), "port-forward",
-            f"pod/{echo_pod}", f":{ECHO_PORT}"]  # fmt: skip
+    argv = port_forward(version, forwarder, echo_pod)
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -72,9 +77,9 @@ def test_get_list_pods_and_create_portforward_are_enough(
 def test_without_pods_portforward_kubectl_is_refused(
     reader: User, echo_pod: str, version: str
 ) -> None:
-    argv = [KUBECTLS[version], "--kubeconfig", str(reader.kubeconfig), "port-forward",
-            f"pod/{echo_pod}", f":{ECHO_PORT}"]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        port_forward(version, reader, echo_pod), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0, result.stdout
     assert 'User "reader" cannot create resource "pods/portforward"' in result.stderr
 
