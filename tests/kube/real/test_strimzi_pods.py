@@ -165,24 +165,26 @@ def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
                 producer.produce(topic, f"r-{index}".encode(), on_delivery=delivered)
                 producer.poll(0.01)
                 index += 1
-            producer.flush(120)
+            producer.flush(60)
 
         with ThreadPoolExecutor(2) as pool:
             writing = pool.submit(write)
             reading = pool.submit(consume_group, bootstrap, f"{topic}-live", topic, 10**9,
                                   timeout=600, stop=stop, dedupe_by_offset=True)  # fmt: skip
-            wait_for(lambda: len(acked) >= 200, timeout=60, what="records acknowledged")
-            moved = strimzi_kafka.replace_pod(1)
-            strimzi_kafka.wait_ready()
-            back = time.monotonic()
-            # broker 1's forward reaches the new pod: it answers with the cluster's metadata
-            wait_for(lambda: answers(local), timeout=60, interval=0.25,
-                     what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
-            found = time.monotonic() - back
-            at_replace = len(acked)
-            wait_for(lambda: len(acked) >= at_replace + 200, timeout=120,
-                     what="records acknowledged after the pod came back")  # fmt: skip
-            stop.set()
+            try:  # stopped in any case: a failure here must not leave the threads running
+                wait_for(lambda: len(acked) >= 200, timeout=60, what="records acknowledged")
+                moved = strimzi_kafka.replace_pod(1)
+                strimzi_kafka.wait_ready()
+                back = time.monotonic()
+                # broker 1's forward reaches the new pod: it answers with the cluster's metadata
+                wait_for(lambda: answers(local), timeout=60, interval=0.25,
+                         what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
+                found = time.monotonic() - back
+                at_replace = len(acked)
+                wait_for(lambda: len(acked) >= at_replace + 200, timeout=120,
+                         what="records acknowledged after the pod came back")  # fmt: skip
+            finally:
+                stop.set()
             writing.result(180)
             live = reading.result(180)
         after = moved["status"]["podIP"]
