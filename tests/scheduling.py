@@ -22,12 +22,12 @@ import pytest
 # Session-scoped worlds that are worth a worker of their own: a JVM, a real Kubernetes. The
 # other session fixtures are cheap (the mock cluster starts in a second or two): each worker
 # has its own.
-SHARED_SESSION_WORLDS = frozenset({"spark", "kubernetes"})
+SHARED_SESSION_WORLDS = frozenset({"spark", "kubernetes", "strimzi_kafka"})
 WIDER_THAN_A_TEST = frozenset({"class", "module", "package"})
 # What a `quick` test may not use: a cluster, a JVM, an engine, an API server
 WORLDS = frozenset({"cluster", "apache_kafka", "apache_kafka_3", "docker", "spark",
                     "spark_master", "s3_server", "world", "apiserver", "make_tunnel",
-                    "kubernetes"})  # fmt: skip
+                    "kubernetes", "strimzi_kafka"})  # fmt: skip
 LOCKS = "KT_TEST_LOCKS"  # the run's lock directory, made by the controller
 TERMINAL = "KT_TEST_TERMINAL"  # the controller's COLUMNS and LINES, for its workers
 STATE = "KAFKATUNNEL_STATE_DIR"  # where `up --detach`, `status` and `down` meet

@@ -129,6 +129,66 @@ class Credentials:
     mtls_user: Issued
 
 
+def broker_settings(
+    node: int,
+    voters: list[str],
+    address: str,
+    data: Path,
+    keystore: Path,
+    clients_ca: Path,
+    version: str = KAFKA_VERSION,
+) -> dict[str, str]:
+    """A KRaft node's server.properties (broker and controller, as Strimzi's combined node
+    pools run them) among `voters` (each node's name; node N is `voters[N]`, which it
+    advertises), its listeners bound to `address`, with Strimzi's kinds of listener (see
+    LISTENERS); `keystore` is its key and certificate (PEM), `clients_ca` signs mTLS users."""
+    nodes = len(voters)
+    name = voters[node]
+    quorum = ",".join(f"{n}@{host}:{CONTROLLER_PORT}" for n, host in enumerate(voters))
+    listen = [f"CONTROLLER://{address}:{CONTROLLER_PORT}",
+              f"REPLICATION://{address}:{REPLICATION_PORT}"]  # fmt: skip
+    listen += [f"{k.upper()}://{address}:{port}" for k, port in LISTENERS.items()]
+    told = [f"REPLICATION://{name}:{REPLICATION_PORT}"]
+    told += [f"{k.upper()}://{name}:{port}" for k, port in LISTENERS.items()]
+    protocols = ["CONTROLLER:PLAINTEXT", "REPLICATION:PLAINTEXT"]
+    protocols += [f"{k.upper()}:{p}" for k, p in PROTOCOLS.items()]
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": str(node),
+        "controller.quorum.voters": quorum,
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "REPLICATION",
+        "listeners": ",".join(listen),
+        "advertised.listeners": ",".join(told),
+        "listener.security.protocol.map": ",".join(protocols),
+        "log.dirs": str(data),
+        "num.partitions": "3",
+        "offsets.topic.replication.factor": str(min(3, nodes)),
+        "transaction.state.log.replication.factor": str(min(3, nodes)),
+        "transaction.state.log.min.isr": str(min(2, nodes)),
+        "group.initial.rebalance.delay.ms": "0",
+        # Streams groups (KIP-1071) as prompt as the tests' classic ones: a lost member
+        # noticed in 6 s, not 45, assignments carried by heartbeats every 1.5 s, not 5.
+        "group.streams.initial.rebalance.delay.ms": "0",
+        "group.streams.session.timeout.ms": "6000",
+        "group.streams.min.session.timeout.ms": "6000",
+        "group.streams.heartbeat.interval.ms": "1500",
+        "group.streams.min.heartbeat.interval.ms": "1500",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(clients_ca),
+        "listener.name.mtls.ssl.client.auth": "required",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.scram.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    }  # fmt: skip
+    if not is_kafka_3(version):  # share groups' state (Kafka 4), sized to the cluster
+        settings["share.coordinator.state.topic.replication.factor"] = str(min(3, nodes))
+        settings["share.coordinator.state.topic.min.isr"] = str(min(2, nodes))
+    return settings
+
+
 class ApacheKafka:
     """Start with `with ApacheKafka() as kafka:`; every process and file is gone on exit."""
 
@@ -260,50 +320,12 @@ class ApacheKafka:
 
     def _configure(self, node: int) -> Path:
         assert self.credentials is not None
-        address, name = broker_address(node), broker_host(node)
-        voters = ",".join(f"{n}@{broker_host(n)}:{CONTROLLER_PORT}" for n in range(self.nodes))
-        listen = [f"CONTROLLER://{address}:{CONTROLLER_PORT}",
-                  f"REPLICATION://{address}:{REPLICATION_PORT}"]  # fmt: skip
-        listen += [f"{k.upper()}://{address}:{port}" for k, port in LISTENERS.items()]
-        told = [f"REPLICATION://{name}:{REPLICATION_PORT}"]
-        told += [f"{k.upper()}://{name}:{port}" for k, port in LISTENERS.items()]
-        protocols = ["CONTROLLER:PLAINTEXT", "REPLICATION:PLAINTEXT"]
-        protocols += [f"{k.upper()}:{p}" for k, p in PROTOCOLS.items()]
-        chain = self.workdir / "pki" / f"broker-{node}.pem"
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": str(node),
-            "controller.quorum.voters": voters,
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "REPLICATION",
-            "listeners": ",".join(listen),
-            "advertised.listeners": ",".join(told),
-            "listener.security.protocol.map": ",".join(protocols),
-            "log.dirs": str(self.workdir / f"node-{node}" / "data"),
-            "num.partitions": "3",
-            "offsets.topic.replication.factor": str(min(3, self.nodes)),
-            "transaction.state.log.replication.factor": str(min(3, self.nodes)),
-            "transaction.state.log.min.isr": str(min(2, self.nodes)),
-            "group.initial.rebalance.delay.ms": "0",
-            # Streams groups (KIP-1071) as prompt as the tests' classic ones: a lost member
-            # noticed in 6 s, not 45, assignments carried by heartbeats every 1.5 s, not 5.
-            "group.streams.initial.rebalance.delay.ms": "0",
-            "group.streams.session.timeout.ms": "6000",
-            "group.streams.min.session.timeout.ms": "6000",
-            "group.streams.heartbeat.interval.ms": "1500",
-            "group.streams.min.heartbeat.interval.ms": "1500",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(chain),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(self.credentials.clients_ca),
-            "listener.name.mtls.ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "listener.name.scram.scram-sha-512.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-        }  # fmt: skip
-        if not is_kafka_3(self.version):  # share groups' state (Kafka 4), sized to the cluster
-            settings["share.coordinator.state.topic.replication.factor"] = str(min(3, self.nodes))
-            settings["share.coordinator.state.topic.min.isr"] = str(min(2, self.nodes))
+        voters = [broker_host(n) for n in range(self.nodes)]
+        settings = broker_settings(
+            node, voters, broker_address(node), self.workdir / f"node-{node}" / "data",
+            self.workdir / "pki" / f"broker-{node}.pem", self.credentials.clients_ca,
+            self.version,
+        )  # fmt: skip
         path = self.workdir / f"node-{node}.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path

@@ -56,6 +56,7 @@ POD_SUBNET = "10.244.0.0/24"  # the pods' bridge's, inside the namespace
 BRIDGE = "kt0"
 NODE_ADDRESS = "10.244.0.1"  # the kubelet's: the bridge's own, the pods' gateway
 SERVICE_RANGE = "10.96.0.0/24"
+CLUSTER_DOMAIN = "cluster.local"
 APISERVER_PORT, ETCD_PORT, ETCD_PEER_PORT, KUBELET_PORT = 6443, 2379, 2380, 10250
 BUSYBOX_IMAGE = "docker.io/kafkatunnel-tests/busybox:1"
 PAUSE_IMAGE = "docker.io/kafkatunnel-tests/pause:1"
@@ -191,37 +192,21 @@ class KubernetesCluster:
         """A pod on the node, running `command`, with `env` (the value `status.podIP` is
         the pod's address) and host directories mounted read-only (container path ->
         host path); returns it once Running and Ready."""
-        self.ensure_namespace(namespace)
-        mounts = sorted((host_paths or {}).items())
-        container: dict[str, Any] = {
-            "name": "main",
-            "image": image,
-            "imagePullPolicy": "Never",
-            "command": command,
-            "ports": [{"name": k, "containerPort": v} for k, v in (ports or {}).items()],
-            "env": [
-                {"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}}
-                if v == "status.podIP" else {"name": k, "value": v}
-                for k, v in (env or {}).items()
-            ],
-            "volumeMounts": [{"name": f"host-{i}", "mountPath": inside, "readOnly": True}
-                             for i, (inside, _) in enumerate(mounts)],
-        }  # fmt: skip
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}},
-            "spec": {
-                "nodeName": NODE,
-                "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [container],
-                "volumes": [{"name": f"host-{i}", "hostPath": {"path": str(host)}}
-                            for i, (_, host) in enumerate(mounts)],
-            },
-        }  # fmt: skip
-        self.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        pod = pod_manifest(name, command, image=image, ports=ports, labels=labels, env=env,
+                           host_paths=host_paths)  # fmt: skip
+        self.create_pod(pod, namespace=namespace)
         return self.wait_pod_ready(name, namespace=namespace, timeout=timeout)
+
+    def create_pod(self, pod: dict[str, Any], *, namespace: str = "default") -> None:
+        """The pod (a manifest, see pod_manifest) created, without waiting for it."""
+        self.ensure_namespace(namespace)
+        self.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+    def hosts_file(self, pod: dict[str, Any]) -> Path:
+        """The pod's /etc/hosts as the kubelet keeps it (written whenever one of its
+        containers is made): there is no cluster DNS here, so the names a pod must resolve
+        are written into it from the host once its container runs."""
+        return self.workdir / "kubelet" / "pods" / str(pod["metadata"]["uid"]) / "etc-hosts"
 
     def wait_pod_ready(
         self, name: str, *, namespace: str = "default", timeout: float = 60
@@ -633,6 +618,7 @@ state = "{state}"
             "streamingConnectionIdleTimeout": self.streaming_idle_timeout,
             "podLogsDir": str(self.workdir / "pod-logs"),
             "resolvConf": str(self.workdir / "resolv.conf"),
+            "clusterDomain": CLUSTER_DOMAIN,  # pods with a subdomain get their FQDN in /etc/hosts
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100,
@@ -696,6 +682,49 @@ state = "{state}"
         for container in self._sandboxes():
             self._ctr("tasks", "delete", "--force", container, timeout=30)
             self._ctr("containers", "delete", container, timeout=30)
+
+
+def pod_manifest(
+    name: str,
+    command: list[str],
+    *,
+    image: str = BUSYBOX_IMAGE,
+    ports: dict[str, int] | None = None,
+    labels: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    host_paths: dict[str, Path] | None = None,
+) -> dict[str, Any]:
+    """A pod on the node (it names it: there is no scheduler) running `command`, with `env`
+    (the value `status.podIP` is the pod's address) and host directories mounted read-only
+    (container path -> host path)."""
+    mounts = sorted((host_paths or {}).items())
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": command,
+        "ports": [{"name": k, "containerPort": v} for k, v in (ports or {}).items()],
+        "env": [
+            {"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}}
+            if v == "status.podIP" else {"name": k, "value": v}
+            for k, v in (env or {}).items()
+        ],
+        "volumeMounts": [{"name": f"host-{i}", "mountPath": inside, "readOnly": True}
+                         for i, (inside, _) in enumerate(mounts)],
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+            "volumes": [{"name": f"host-{i}", "hostPath": {"path": str(host)}}
+                        for i, (_, host) in enumerate(mounts)],
+        },
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)

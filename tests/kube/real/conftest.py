@@ -10,6 +10,7 @@ import pytest
 
 from kafkatunnel.localcluster import isolation_problem
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster
+from kafkatunnel.localcluster.strimzi_pods import StrimziKafka
 
 ECHO_PORT = 7000
 ECHO = ["/bin/busybox", "nc", "-ll", "-p", str(ECHO_PORT), "-e", "/bin/busybox", "cat"]
@@ -33,3 +34,12 @@ def echo_pod(kubernetes: KubernetesCluster) -> str:
     """A pod whose port 7000 sends back what it gets; its name."""
     kubernetes.run_pod("echo", ECHO, ports={"echo": ECHO_PORT}, labels={"app": "echo"})
     return "echo"
+
+
+@pytest.fixture(scope="session")
+def strimzi_kafka(kubernetes: KubernetesCluster) -> Iterator[StrimziKafka]:
+    """Three Apache Kafka nodes in pods of the cluster, as Strimzi lays out a Kafka with one
+    node pool of combined nodes (kafkatunnel/localcluster/strimzi_pods.py), in namespace
+    kafka; started once, shared by the tests that use it."""
+    with StrimziKafka(kubernetes) as kafka:
+        yield kafka

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -46,12 +47,14 @@ START = (
 
 
 @pytest.fixture(scope="module")
-def kafka_pod(kubernetes: KubernetesCluster) -> str:
+def kafka_pod(kubernetes: KubernetesCluster) -> Iterator[str]:
+    """The pod, deleted after this module: its JVM is not to outlive the tests that use it."""
     kubernetes.import_image(java_rootfs(), JAVA)
     kubernetes.run_pod(POD, ["/bin/sh", "-c", START], image=JAVA.name, labels=LABELS,
                        ports={"tcp-clients": 9092}, env={"SERVER_PROPERTIES": SERVER_PROPERTIES},
                        host_paths={"/opt/kafka/libs": kafka_lib()})  # fmt: skip
-    return POD
+    yield POD
+    kubernetes.delete_pod(POD)
 
 
 def kcat(*args: str, data: str | None = None) -> str:

@@ -1,0 +1,204 @@
+"""`kafkatunnel up` in front of Apache Kafka in pods of the real cluster, laid out as Strimzi
+lays out a Kafka with one node pool of combined KRaft nodes (the `strimzi_kafka` fixture):
+every forward goes kubectl -> kube-apiserver -> kubelet -> containerd -> the pod. The pods'
+addresses exist only in the cluster's network namespace, so nothing here reaches a broker
+except through the tunnel's forwards.
+
+`up` is given no flag that says where Kafka is: its kubeconfig is the cluster's (KUBECONFIG),
+whose context's namespace is the Kafka's; it finds Strimzi's broker pods by their labels, the
+TLS listener by its port name, the cluster CA and the users' credentials in their secrets."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import confluent_kafka
+import confluent_kafka.admin
+from confluent_kafka.cimpl import NewTopic
+
+from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.localcluster.apache import LISTENERS
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
+from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.probe import ProbeConnection
+from kafkatunnel.waiting import DeadlineExceeded, wait_for
+from tests.kube.conftest import KUBECTLS, NEWEST
+
+MESSAGES = 30
+FOUND_WITHIN = 10.0  # seconds from a new broker pod's readiness to a forward reaching it
+
+
+@contextmanager
+def up(kafka: StrimziKafka, *flags: str) -> Iterator[tuple[str, ManagedProcess]]:
+    """`kafkatunnel up` with the cluster's kubeconfig as the user's own and `flags` (besides
+    where it listens, and no live table); yields the bootstrap.servers it prints."""
+    env = {**os.environ, "KUBECONFIG": str(kafka.kubeconfig),
+           "PATH": f"{Path(KUBECTLS[NEWEST]).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    process = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
+        name="kafkatunnel-up-strimzi-pods", env=env,
+    )  # fmt: skip
+    try:
+        bootstrap = process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=120)[1]
+        yield bootstrap, process
+    finally:
+        process.stop()
+
+
+def line(process: ManagedProcess, pattern: str) -> re.Match[str]:
+    """The first line of `up`'s output matching `pattern`; failing, what it said."""
+    try:
+        return process.wait_for_line(pattern, timeout=30)
+    except DeadlineExceeded:
+        raise AssertionError(f"no /{pattern}/ in:\n{process.output()}") from None
+
+
+def groups_consume_everything(
+    kafka: StrimziKafka, bootstrap: str, config: dict[str, str] | None = None
+) -> None:
+    """MESSAGES produced with acks=all; then, for each broker, a group it coordinates
+    consumes every one of them without a coordinator error."""
+    topic = f"strimzi-{uuid.uuid4().hex[:6]}"
+    spread = kafka.groups_by_coordinator(1, prefix=f"{topic}-g")
+    assert sorted(spread) == [0, 1, 2]
+    settings = {"acks": "all", **(config or {})}
+    assert produce(bootstrap, topic, MESSAGES, config=settings, timeout=60) == MESSAGES
+    for node, (group,) in sorted(spread.items()):
+        result = consume_group(bootstrap, group, topic, MESSAGES, timeout=90, config=config)
+        assert (len(set(result.values)), result.coordinator_errors) == (MESSAGES, []), (
+            node, result.errors[:3])  # fmt: skip
+
+
+def test_up_with_no_flags_finds_the_three_brokers_and_groups_on_each_coordinator_consume(
+    strimzi_kafka: StrimziKafka,
+) -> None:
+    with up(strimzi_kafka) as (bootstrap, process):
+        brokers = {n: line(process, rf"^broker {n}: \S+ -> (\S+)")[1]
+                   for n in range(3)}  # fmt: skip
+        groups_consume_everything(strimzi_kafka, bootstrap)
+    plain = LISTENERS["plain"]
+    assert brokers == {n: f"{strimzi_kafka.broker_host(n)}:{plain}" for n in range(3)}
+
+
+def test_tls_trusts_the_cluster_ca_read_from_its_secret(strimzi_kafka: StrimziKafka) -> None:
+    """`--tls` alone: the TLS listener found by its port name (tcp-clientstls), the CA in
+    my-cluster-cluster-ca-cert; the brokers' certificates name them as Strimzi's do."""
+    with up(strimzi_kafka, "--tls") as (bootstrap, process):
+        told = line(process, r"^broker 0: \S+ -> (\S+)")[1]
+        groups_consume_everything(strimzi_kafka, bootstrap)
+    said = " ".join(process.output().split())
+    assert told == f"{strimzi_kafka.broker_host(0)}:{LISTENERS['tls']}"
+    assert (
+        "TLS: trusting the cluster CA of Strimzi cluster my-cluster (secret "
+        "my-cluster-cluster-ca-cert, ca.crt)"
+    ) in said, said
+
+
+def test_a_tls_kafka_user_is_presented_to_the_mtls_listener(strimzi_kafka: StrimziKafka) -> None:
+    """`--kafka-user bob`: bob's certificate and key from his KafkaUser secret, presented to
+    the listener that requires one (9095); clients give no credentials."""
+    mtls = str(LISTENERS["mtls"])
+    with up(strimzi_kafka, "--tls", "--kafka-user", TLS_USER, "--kafka-port", mtls) as (
+        bootstrap, process):  # fmt: skip
+        groups_consume_everything(strimzi_kafka, bootstrap)
+    said = " ".join(process.output().split())
+    assert f"presenting KafkaUser {TLS_USER}'s certificate (secret {TLS_USER})" in said, said
+    assert "BEGIN" not in said
+
+
+def test_a_scram_kafka_users_printed_settings_let_clients_in(strimzi_kafka: StrimziKafka) -> None:
+    """`--kafka-user alice` on the SCRAM-over-TLS listener (9094): the tunnel speaks TLS to
+    the brokers, clients SASL_PLAINTEXT with the settings `up` prints from alice's secret."""
+    scram = str(LISTENERS["scram"])
+    with up(strimzi_kafka, "--tls", "--kafka-user", SCRAM_USER, "--kafka-port", scram,
+            "--show-password") as (bootstrap, process):  # fmt: skip
+        settings = dict(
+            line.strip().split("=", 1)
+            for line in process.output().splitlines()
+            if re.match(r"^  (security\.protocol|sasl\.\w+)=", line)
+        )
+        assert settings["sasl.username"] == SCRAM_USER, settings
+        assert settings["sasl.password"] == strimzi_kafka.scram_password
+        groups_consume_everything(strimzi_kafka, bootstrap, settings)
+
+
+def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
+    strimzi_kafka: StrimziKafka,
+) -> None:
+    """Broker 1's pod deleted (30 s to shut down, as Strimzi gives it) and made again, as a
+    StrimziPodSet makes it, with a new pod IP and its volume, while a producer writes with
+    acks=all to a topic of three replicas (min.insync.replicas 2) and a group consumes,
+    all through one `up`: every acknowledged record is read afterwards, and the tunnel's
+    broker 1 answers from the new pod."""
+    topic = f"strimzi-moved-{uuid.uuid4().hex[:6]}"
+    before = strimzi_kafka.pod_ips()[1]
+    with up(strimzi_kafka) as (bootstrap, process):
+        local = line(process, r"^broker 1: (\S+) -> ")[1]
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+        new = NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})
+        admin.create_topics([new])[topic].result(60)
+        acked: list[bytes] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            producer = confluent_kafka.Producer({
+                "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                "linger.ms": 5, "message.timeout.ms": 120000})  # fmt: skip
+
+            def delivered(error: object, message: confluent_kafka.Message) -> None:
+                if error is None:
+                    acked.append(message.value() or b"")
+
+            index = 0
+            while not stop.is_set():
+                producer.produce(topic, f"r-{index}".encode(), on_delivery=delivered)
+                producer.poll(0.01)
+                index += 1
+            producer.flush(60)
+
+        with ThreadPoolExecutor(2) as pool:
+            writing = pool.submit(write)
+            reading = pool.submit(consume_group, bootstrap, f"{topic}-live", topic, 10**9,
+                                  timeout=600, stop=stop, dedupe_by_offset=True)  # fmt: skip
+            try:  # stopped in any case: a failure here must not leave the threads running
+                wait_for(lambda: len(acked) >= 200, timeout=60, what="records acknowledged")
+                moved = strimzi_kafka.replace_pod(1)
+                strimzi_kafka.wait_ready()
+                back = time.monotonic()
+                # broker 1's forward reaches the new pod: it answers with the cluster's metadata
+                wait_for(lambda: answers(local), timeout=60, interval=0.25,
+                         what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
+                found = time.monotonic() - back
+                at_replace = len(acked)
+                wait_for(lambda: len(acked) >= at_replace + 200, timeout=120,
+                         what="records acknowledged after the pod came back")  # fmt: skip
+            finally:
+                stop.set()
+            writing.result(180)
+            live = reading.result(180)
+        after = moved["status"]["podIP"]
+        assert after != before, "the pod came back with its old IP: nothing was shown"
+        final = consume_group(bootstrap, f"{topic}-after", topic, len(set(acked)), timeout=120)
+    lost = set(acked) - set(final.values)
+    assert not lost, (len(lost), sorted(lost)[:5], len(acked))
+    assert live.consumed > 0 and set(live.values) <= set(final.values)
+    print(f"broker 1 answered through the tunnel {found:.1f}s after its new pod was ready; "
+          f"{len(acked)} records acknowledged")  # fmt: skip
+    assert found < FOUND_WITHIN, f"{found:.1f}s: {process.output()[-3000:]}"
+
+
+def answers(address: str) -> bool:
+    """Whether the broker behind `address` answers a metadata request with all three."""
+    with ProbeConnection(address, timeout=5) as probe:
+        return len(probe.brokers()) == 3
