@@ -53,6 +53,7 @@ from kafkatunnel.localcluster.harness import ClusterBroker, groups_by_coordinato
 from kafkatunnel.localcluster.kubernetes import (
     CLUSTER_DOMAIN,
     JAVA,
+    ApiError,
     KubernetesCluster,
     java_rootfs,
     pod_manifest,
@@ -106,6 +107,8 @@ class StrimziKafka:
         self.scram_password = secrets.token_urlsafe(12)
         self.cluster_ca: Path | None = None
         self.kubeconfig = self.workdir / "kubeconfig"
+        # pods beside Kafka (Connect, say) that resolve the brokers too: (namespace, name)
+        self.resolving: list[tuple[str, str]] = []
 
     # -- names ----------------------------------------------------------------------------------
 
@@ -379,7 +382,23 @@ class StrimziKafka:
             lines.append(f"{pod['status']['podIP']}\t{name}.{CLUSTER_DOMAIN} {name} "
                          f"{self.pod_name(node)}")  # fmt: skip
         (self.workdir / "config" / "hosts").write_text("\n".join(lines) + "\n")
+        for namespace, name in self.resolving:
+            with contextlib.suppress(ApiError):  # one replaced at the moment: it reads the copy
+                pods.append(self.kube.api("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
         for pod in pods:
             path = self.kube.hosts_file(pod)
-            own = path.read_text().split(HOSTS_MARK)[0]
-            path.write_text(own + "\n".join(lines) + "\n")
+            if path.exists():
+                own = path.read_text().split(HOSTS_MARK)[0]
+                path.write_text(own + "\n".join(lines) + "\n")
+
+    def resolve_in(self, pod: dict[str, Any]) -> None:
+        """`pod` (a running pod beside Kafka, one that mounts `hosts_copy`) resolves the
+        brokers' names from now on, also after a broker's pod comes back elsewhere."""
+        self.resolving.append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        self._write_hosts()
+
+    @property
+    def hosts_copy(self) -> tuple[str, Path]:
+        """Where a pod mounts the host's copy of the brokers' names (container path, host
+        path), to add them to its /etc/hosts when its container starts."""
+        return CONFIG, self.workdir / "config"

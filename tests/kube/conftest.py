@@ -94,6 +94,11 @@ def real_kubectls() -> dict[str, str]:
 KUBECTLS = real_kubectls()
 needs_kubectl = pytest.mark.skipif(not KUBECTLS, reason="no real kubectl on this machine")
 NEWEST = list(KUBECTLS)[-1] if KUBECTLS else ""
+OLDEST = next(iter(KUBECTLS)) if KUBECTLS else ""
+# kubectl port-forward speaks websockets by default from 1.31 (KEP-4006), SPDY before: the
+# newest kubectl here from before that
+BEFORE_WEBSOCKETS = max((v for v in KUBECTLS if version_of(v) < (1, 31)), key=version_of,
+                        default="")  # fmt: skip
 
 
 @pytest.fixture(scope="session")

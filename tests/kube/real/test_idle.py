@@ -12,10 +12,8 @@ import time
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import FORWARDING, LOST, PortForward, probe_tcp
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster
-from tests.kube.conftest import KUBECTLS, NEWEST
+from tests.kube.conftest import KUBECTLS, NEWEST, OLDEST
 from tests.kube.real.conftest import ECHO_PORT
-
-OLDEST = next(iter(KUBECTLS)) if KUBECTLS else ""
 
 
 async def echo_through(port: int, message: bytes) -> bytes:

@@ -16,7 +16,7 @@ from kafkatunnel.doctor import FAIL, PASS, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster, User
-from tests.kube.conftest import KUBECTLS, NEWEST
+from tests.kube.conftest import KUBECTLS, NEWEST, OLDEST
 from tests.kube.real.conftest import ECHO_PORT
 from tests.kube.real.test_port_forward import echo_through_forward, echoed
 
@@ -24,7 +24,6 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
 Rule = dict[str, list[str]]
 PODS: Rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
 PORTFORWARD: Rule = {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]}
-OLDEST = next(iter(KUBECTLS)) if KUBECTLS else ""
 
 
 def grant(kubernetes: KubernetesCluster, user: str, rules: list[Rule]) -> User:

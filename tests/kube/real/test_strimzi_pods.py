@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import confluent_kafka
 import confluent_kafka.admin
+import pytest
 from confluent_kafka.cimpl import NewTopic
 
 from kafkatunnel.localcluster import free_port_run
@@ -32,28 +34,33 @@ from kafkatunnel.localcluster.strimzi_pods import SCRAM_USER, TLS_USER, StrimziK
 from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
-from tests.kube.conftest import KUBECTLS, NEWEST
+from tests.kube.conftest import BEFORE_WEBSOCKETS, KUBECTLS, NEWEST
 
 MESSAGES = 30
 FOUND_WITHIN = 10.0  # seconds from a new broker pod's readiness to a forward reaching it
 
 
 @contextmanager
-def up(kafka: StrimziKafka, *flags: str) -> Iterator[tuple[str, ManagedProcess]]:
-    """`kafkatunnel up` with the cluster's kubeconfig as the user's own and `flags` (besides
-    where it listens, and no live table); yields the bootstrap.servers it prints."""
-    env = {**os.environ, "KUBECONFIG": str(kafka.kubeconfig),
-           "PATH": f"{Path(KUBECTLS[NEWEST]).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-    process = ManagedProcess(
-        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
-         "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
-        name="kafkatunnel-up-strimzi-pods", env=env,
-    )  # fmt: skip
-    try:
-        bootstrap = process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=120)[1]
-        yield bootstrap, process
-    finally:
-        process.stop()
+def up(
+    kafka: StrimziKafka, *flags: str, kubectl: str = NEWEST
+) -> Iterator[tuple[str, ManagedProcess]]:
+    """`kafkatunnel up` with the cluster's kubeconfig as the user's own, the real `kubectl`
+    of that version first on PATH and `flags` (besides where it listens, and no live table);
+    yields the bootstrap.servers it prints."""
+    with tempfile.TemporaryDirectory(prefix="kt-kubectl-") as bin_dir:
+        (Path(bin_dir) / "kubectl").symlink_to(KUBECTLS[kubectl])
+        env = {**os.environ, "KUBECONFIG": str(kafka.kubeconfig),
+               "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+        process = ManagedProcess(
+            [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+             "--listen", f"127.0.0.1:{free_port_run(8)}", *flags],
+            name="kafkatunnel-up-strimzi-pods", env=env,
+        )  # fmt: skip
+        try:
+            bootstrap = process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=120)[1]
+            yield bootstrap, process
+        finally:
+            process.stop()
 
 
 def line(process: ManagedProcess, pattern: str) -> re.Match[str]:
@@ -80,10 +87,12 @@ def groups_consume_everything(
             node, result.errors[:3])  # fmt: skip
 
 
+@pytest.mark.parametrize("kubectl", list(dict.fromkeys((BEFORE_WEBSOCKETS, NEWEST))))
 def test_up_with_no_flags_finds_the_three_brokers_and_groups_on_each_coordinator_consume(
-    strimzi_kafka: StrimziKafka,
+    strimzi_kafka: StrimziKafka, kubectl: str
 ) -> None:
-    with up(strimzi_kafka) as (bootstrap, process):
+    """With the newest kubectl (websockets) and the newest from before (SPDY)."""
+    with up(strimzi_kafka, kubectl=kubectl) as (bootstrap, process):
         brokers = {n: line(process, rf"^broker {n}: \S+ -> (\S+)")[1]
                    for n in range(3)}  # fmt: skip
         groups_consume_everything(strimzi_kafka, bootstrap)
