@@ -10,8 +10,11 @@ TLS listener by its port name, the cluster CA and the users' credentials in thei
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,7 +23,9 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -31,7 +36,7 @@ from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import LISTENERS
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.localcluster.workload import GroupResult, consume_group, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.kube.conftest import BEFORE_WEBSOCKETS, KUBECTLS, NEWEST
@@ -142,6 +147,67 @@ def test_a_scram_kafka_users_printed_settings_let_clients_in(strimzi_kafka: Stri
         groups_consume_everything(strimzi_kafka, bootstrap, settings)
 
 
+@dataclass
+class Load:
+    """Records produced with acks=all by an idempotent producer, and a group consuming them,
+    while a test does something to the cluster."""
+
+    topic: str
+    acked: list[bytes]
+    live: GroupResult | None = None  # what the live group read, once stopped
+
+    def wait_acked(self, more: int, what: str) -> None:
+        """Until `more` records were acknowledged after now."""
+        now = len(self.acked)
+        wait_for(lambda: len(self.acked) >= now + more, timeout=120, what=what)
+
+
+@contextmanager
+def under_load(bootstrap: str, prefix: str) -> Iterator[Load]:
+    """A new topic of three replicas (min.insync.replicas 2), written and read through the
+    tunnel until the block ends; then every acknowledged record must be read by a new group:
+    nothing acknowledged was lost."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(60)
+    load = Load(topic, [])
+    stop = threading.Event()
+
+    def write() -> None:
+        producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "message.timeout.ms": 120000})  # fmt: skip
+
+        def delivered(error: object, message: confluent_kafka.Message) -> None:
+            if error is None:
+                load.acked.append(message.value() or b"")
+
+        index = 0
+        while not stop.is_set():
+            producer.produce(topic, f"r-{index}".encode(), on_delivery=delivered)
+            producer.poll(0.01)
+            index += 1
+        producer.flush(60)
+
+    with ThreadPoolExecutor(2) as pool:
+        writing = pool.submit(write)
+        reading = pool.submit(consume_group, bootstrap, f"{topic}-live", topic, 10**9,
+                              timeout=600, stop=stop, dedupe_by_offset=True)  # fmt: skip
+        try:  # stopped in any case: a failure here must not leave the threads running
+            load.wait_acked(200, "records acknowledged")
+            yield load
+        finally:
+            stop.set()
+        writing.result(180)
+        load.live = reading.result(180)
+    acked = set(load.acked)
+    final = consume_group(bootstrap, f"{topic}-after", topic, len(acked), timeout=120)
+    lost = acked - set(final.values)
+    assert not lost, (len(lost), sorted(lost)[:5], len(acked))
+    assert load.live.consumed > 0 and set(load.live.values) <= set(final.values)
+
+
 def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
     strimzi_kafka: StrimziKafka,
 ) -> None:
@@ -150,61 +216,56 @@ def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
     acks=all to a topic of three replicas (min.insync.replicas 2) and a group consumes,
     all through one `up`: every acknowledged record is read afterwards, and the tunnel's
     broker 1 answers from the new pod."""
-    topic = f"strimzi-moved-{uuid.uuid4().hex[:6]}"
     before = strimzi_kafka.pod_ips()[1]
     with up(strimzi_kafka) as (bootstrap, process):
         local = line(process, r"^broker 1: (\S+) -> ")[1]
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-        new = NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})
-        admin.create_topics([new])[topic].result(60)
-        acked: list[bytes] = []
-        stop = threading.Event()
-
-        def write() -> None:
-            producer = confluent_kafka.Producer({
-                "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                "linger.ms": 5, "message.timeout.ms": 120000})  # fmt: skip
-
-            def delivered(error: object, message: confluent_kafka.Message) -> None:
-                if error is None:
-                    acked.append(message.value() or b"")
-
-            index = 0
-            while not stop.is_set():
-                producer.produce(topic, f"r-{index}".encode(), on_delivery=delivered)
-                producer.poll(0.01)
-                index += 1
-            producer.flush(60)
-
-        with ThreadPoolExecutor(2) as pool:
-            writing = pool.submit(write)
-            reading = pool.submit(consume_group, bootstrap, f"{topic}-live", topic, 10**9,
-                                  timeout=600, stop=stop, dedupe_by_offset=True)  # fmt: skip
-            try:  # stopped in any case: a failure here must not leave the threads running
-                wait_for(lambda: len(acked) >= 200, timeout=60, what="records acknowledged")
-                moved = strimzi_kafka.replace_pod(1)
-                strimzi_kafka.wait_ready()
-                back = time.monotonic()
-                # broker 1's forward reaches the new pod: it answers with the cluster's metadata
-                wait_for(lambda: answers(local), timeout=60, interval=0.25,
-                         what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
-                found = time.monotonic() - back
-                at_replace = len(acked)
-                wait_for(lambda: len(acked) >= at_replace + 200, timeout=120,
-                         what="records acknowledged after the pod came back")  # fmt: skip
-            finally:
-                stop.set()
-            writing.result(180)
-            live = reading.result(180)
-        after = moved["status"]["podIP"]
-        assert after != before, "the pod came back with its old IP: nothing was shown"
-        final = consume_group(bootstrap, f"{topic}-after", topic, len(set(acked)), timeout=120)
-    lost = set(acked) - set(final.values)
-    assert not lost, (len(lost), sorted(lost)[:5], len(acked))
-    assert live.consumed > 0 and set(live.values) <= set(final.values)
+        with under_load(bootstrap, "strimzi-moved") as load:
+            moved = strimzi_kafka.replace_pod(1)
+            strimzi_kafka.wait_ready()
+            back = time.monotonic()
+            # broker 1's forward reaches the new pod: it answers with the cluster's metadata
+            wait_for(lambda: answers(local), timeout=60, interval=0.25,
+                     what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
+            found = time.monotonic() - back
+            load.wait_acked(200, "records acknowledged after the pod came back")
+    after = moved["status"]["podIP"]
+    assert after != before, "the pod came back with its old IP: nothing was shown"
     print(f"broker 1 answered through the tunnel {found:.1f}s after its new pod was ready; "
-          f"{len(acked)} records acknowledged")  # fmt: skip
+          f"{len(load.acked)} records acknowledged")  # fmt: skip
     assert found < FOUND_WITHIN, f"{found:.1f}s: {process.output()[-3000:]}"
+
+
+@pytest.mark.parametrize("component", ["kubelet", "containerd"])
+def test_the_node_killed_under_load_forwards_come_back_and_status_shows_the_drop(
+    strimzi_kafka: StrimziKafka, component: str
+) -> None:
+    """The kubelet (or containerd) killed with SIGKILL and started again, as a node's
+    supervisor does, while clients produce with acks=all and consume through `up`: every
+    broker answers through the tunnel again, `status` shows each forward's drop with what
+    kubectl said, and nothing acknowledged is lost (the pods themselves live on)."""
+    with up(strimzi_kafka) as (bootstrap, process):
+        local = [line(process, rf"^broker {n}: (\S+) -> ")[1] for n in range(3)]
+        with under_load(bootstrap, f"strimzi-{component}") as load:
+            strimzi_kafka.kube.kill_and_restart(component)
+            for node, address in enumerate(local):
+                what = f"broker {node} to answer through the tunnel ({address})"
+                wait_for(functools.partial(answers, address), timeout=90, interval=0.25, what=what)
+            load.wait_acked(200, f"records acknowledged after the {component} came back")
+            endpoints = status(bootstrap)["endpoints"]
+    routes = {e["node_id"]: e["route"] for e in endpoints if e["node_id"] is not None}
+    assert sorted(routes) == [0, 1, 2], endpoints  # the brokers, not the bootstrap address
+    for route in routes.values():
+        assert re.search(r"\[\d+ (dropped|replaced); last: ", route), routes
+    assert "Traceback" not in process.output(), process.output()[-3000:]
+
+
+def status(bootstrap: str) -> dict[str, Any]:
+    """`kafkatunnel status --json` of the tunnel whose bootstrap address this is."""
+    asked = [sys.executable, "-m", "kafkatunnel", "status", "--json",
+             "--port", bootstrap.rsplit(":", 1)[1]]  # fmt: skip
+    said = subprocess.run(asked, capture_output=True, text=True, timeout=30, check=True)
+    answer: dict[str, Any] = json.loads(said.stdout)
+    return answer
 
 
 def answers(address: str) -> bool:
