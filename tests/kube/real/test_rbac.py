@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.doctor import FAIL, PASS, check_kubectl
+from kafkatunnel.doctor import FAIL, PASS, RBAC_VERBS, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster, User
@@ -20,17 +20,19 @@ from tests.kube.conftest import KUBECTLS, NEWEST, OLDEST
 from tests.kube.real.conftest import ECHO_PORT
 from tests.kube.real.test_port_forward import echo_through_forward, echoed
 
-RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
 Rule = dict[str, list[str]]
 PODS: Rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
 PORTFORWARD: Rule = {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]}
 
 
-def grant(kubernetes: KubernetesCluster, user: str, rules: list[Rule]) -> User:
-    """A user whose only permissions in namespace default are `rules` (a Role and its
+def grant(
+    kubernetes: KubernetesCluster, user: str, rules: list[Rule], namespace: str = "default"
+) -> User:
+    """A user whose only permissions in `namespace` are `rules` (a Role and its
     RoleBinding), besides what every authenticated user has."""
-    kubernetes.api("POST", f"{RBAC}/roles", {"metadata": {"name": user}, "rules": rules})
-    kubernetes.api("POST", f"{RBAC}/rolebindings", {
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kubernetes.api("POST", f"{rbac}/roles", {"metadata": {"name": user}, "rules": rules})
+    kubernetes.api("POST", f"{rbac}/rolebindings", {
         "metadata": {"name": user},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
@@ -100,26 +102,33 @@ def up(user: User, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_up_without_pods_portforward_stops_naming_it(reader: User, echo_pod: str) -> None:
-    result = up(reader, "--listen", f"127.0.0.1:{free_port()}")
-    text = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0, text
-    assert "RBAC forbids create pods/portforward" in text, text
-    assert 'for user "reader"' in text, text
-
-
 def _rbac(user: User) -> dict[str, str]:
     kubectl = Kubectl(binary=KUBECTLS[NEWEST], kubeconfig=str(user.kubeconfig),
                       namespace="default")  # fmt: skip
     return {r.check: r.status for r in check_kubectl(kubectl) if r.check.startswith("RBAC")}
 
 
-def test_doctor_fails_a_user_without_pods_portforward(reader: User) -> None:
-    assert _rbac(reader) == {
-        "RBAC: get pods": PASS,
-        "RBAC: list pods": PASS,
-        "RBAC: create pods/portforward": FAIL,
-    }
+# each permission `up` needs, and a user holding the others only
+WITHOUT = {
+    "get pods": [{**PODS, "verbs": ["list"]}, PORTFORWARD],
+    "list pods": [{**PODS, "verbs": ["get"]}, PORTFORWARD],
+    "create pods/portforward": [PODS],
+}
+
+
+@pytest.mark.parametrize("missing", WITHOUT)
+def test_without_each_permission_up_and_doctor_stop_naming_it(
+    kubernetes: KubernetesCluster, echo_pod: str, missing: str
+) -> None:
+    name = "without-" + missing.replace(" ", "-").replace("/", "-")
+    user = grant(kubernetes, name, WITHOUT[missing])
+    result = up(user, "--listen", f"127.0.0.1:{free_port()}")
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, text
+    assert f'RBAC forbids {missing} in namespace "default" for user "{name}"' in text, text
+    assert "Traceback" not in text, text
+    expected = {f"RBAC: {verb} {resource}": PASS for verb, resource in RBAC_VERBS}
+    assert _rbac(user) == {**expected, f"RBAC: {missing}": FAIL}
 
 
 def test_doctor_passes_a_user_with_exactly_those_permissions(forwarder: User) -> None:

@@ -47,14 +47,14 @@ FOUND_WITHIN = 10.0  # seconds from a new broker pod's readiness to a forward re
 
 @contextmanager
 def up(
-    kafka: StrimziKafka, *flags: str, kubectl: str = NEWEST
+    kafka: StrimziKafka, *flags: str, kubectl: str = NEWEST, kubeconfig: Path | None = None
 ) -> Iterator[tuple[str, ManagedProcess]]:
     """`kafkatunnel up` with the cluster's kubeconfig as the user's own, the real `kubectl`
     of that version first on PATH and `flags` (besides where it listens, and no live table);
     yields the bootstrap.servers it prints."""
     with tempfile.TemporaryDirectory(prefix="kt-kubectl-") as bin_dir:
         (Path(bin_dir) / "kubectl").symlink_to(KUBECTLS[kubectl])
-        env = {**os.environ, "KUBECONFIG": str(kafka.kubeconfig),
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig or kafka.kubeconfig),
                "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
         process = ManagedProcess(
             [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
@@ -117,6 +117,36 @@ def test_tls_trusts_the_cluster_ca_read_from_its_secret(strimzi_kafka: StrimziKa
         "TLS: trusting the cluster CA of Strimzi cluster my-cluster (secret "
         "my-cluster-cluster-ca-cert, ca.crt)"
     ) in said, said
+
+
+def test_tls_reads_the_ca_with_get_secrets_and_without_it_stops_naming_it(
+    strimzi_kafka: StrimziKafka,
+) -> None:
+    """RBAC by the real authorizer: `--tls` needs `get` on secrets besides what `up` always
+    needs; a user without it is stopped at once, told which permission is missing."""
+    from tests.kube.real.test_rbac import PODS, PORTFORWARD, grant
+
+    namespace = strimzi_kafka.namespace
+    secrets = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    without = grant(strimzi_kafka.kube, "tls-no-secrets", [PODS, PORTFORWARD], namespace)
+    refused = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--tls", "-n", namespace,
+         "--kubeconfig", str(without.kubeconfig), "--listen", f"127.0.0.1:{free_port_run(8)}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": f"{Path(KUBECTLS[NEWEST]).parent}{os.pathsep}"
+                                   f"{os.environ['PATH']}"},
+    )  # fmt: skip
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0, said
+    assert (
+        f"cannot read secret my-cluster-cluster-ca-cert -n {namespace} (the cluster CA, for "
+        "--tls): reading secrets is not allowed (RBAC: get secrets); give it with --tls-ca FILE"
+    ) in said, said
+    assert "Traceback" not in said, said
+    allowed = grant(strimzi_kafka.kube, "tls-secrets", [PODS, PORTFORWARD, secrets], namespace)
+    with up(strimzi_kafka, "--tls", "-n", namespace, kubeconfig=allowed.kubeconfig) as (
+        bootstrap, _process):  # fmt: skip
+        groups_consume_everything(strimzi_kafka, bootstrap)
 
 
 def test_a_tls_kafka_user_is_presented_to_the_mtls_listener(strimzi_kafka: StrimziKafka) -> None:
