@@ -80,8 +80,10 @@ def _capture(
             with ThreadPoolExecutor(len(coordinators)) as pool:
                 consumed = dict(zip(coordinators, pool.map(run, coordinators), strict=True))
     finally:
-        laptop.finish()
-        laptop.close()
+        try:
+            laptop.finish()
+        finally:
+            laptop.close()
     relays = {cluster.mock[i].node_id: f"{a}:{RELAY_PORT}" for i, a in laptop.relay_address.items()}
     return Plain(where, relays, coordinators, consumed)
 
@@ -139,8 +141,10 @@ def _dns_capture(cluster: LocalCluster, where: Path) -> Plain:
         group = f"{topic}-g"
         consumed = laptop.run(*WORKLOAD, "consume", bootstrap, group, topic, "10", "20")
     finally:
-        laptop.finish()
-        laptop.close()
+        try:
+            laptop.finish()
+        finally:
+            laptop.close()
     relay = f"{laptop.named[TANSU_HOST]}:{cluster.tansu.port}"
     return Plain(where, {TANSU_NODE: relay}, {group: TANSU_NODE}, {group: consumed.stdout})
 
