@@ -120,9 +120,10 @@ def looks_like_request(payload: bytes | memoryview) -> bool:
 
 
 class _Direction:
-    __slots__ = ("broken", "decoder", "held", "next_seq")
+    __slots__ = ("broken", "decoder", "held", "next_seq", "sender")
 
-    def __init__(self) -> None:
+    def __init__(self, sender: str) -> None:
+        self.sender = sender  # client or server
         self.next_seq: int | None = None
         self.held: dict[int, bytes] = {}
         self.decoder = FrameDecoder()
@@ -158,6 +159,18 @@ class _Direction:
             self.next_seq = (self.next_seq + len(data)) & 0xFFFFFFFF
         return out
 
+    def unread(self) -> str | None:
+        """Why bytes of this direction were left unread, if some were: a stream not Kafka's,
+        or a gap that held the segments after it (a capture that dropped a packet)."""
+        if self.broken is not None or not self.held:
+            return self.broken
+        after = sum(len(data) for data in self.held.values())
+        return (
+            f"a segment from the {self.sender} was not captured, so the {after} bytes captured "
+            "after it were not read (the capture dropped packets, as tcpdump reports when it "
+            "stops: capture with a larger buffer, e.g. tcpdump -B 32768)"
+        )
+
     def frames(self, chunks: list[bytes | memoryview]) -> list[bytes]:
         if len(chunks) == 1 and not self.decoder.buffered:
             whole = chunks[0]  # a segment holding exactly one frame, as recordings write them
@@ -180,8 +193,8 @@ class _Flow:
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
         self.first_request = True
-        self.requests = _Direction()
-        self.responses = _Direction()
+        self.requests = _Direction("client")
+        self.responses = _Direction("server")
         self.pending: dict[int, Call] = {}
         self.dns: TcpDnsStream | None = None  # a DNS-over-TCP connection, not Kafka
 
@@ -215,8 +228,9 @@ class FileDecoder:
         for flow in self._flows.values():
             self.calls.extend(flow.pending.values())  # dangling: answered in a later file?
             for direction in (flow.requests, flow.responses):
-                if direction.broken:
-                    self.summary.problems.append(f"{flow.conn.key}: {direction.broken}")
+                unread = direction.unread()
+                if unread:
+                    self.summary.problems.append(f"{flow.conn.key}: {unread}")
         self.summary.calls = len(self.calls)
         self.summary.listeners = [x for x in self._listeners.values() if x is not None]
         self.summary.tunnel = bool(self.summary.listeners)

@@ -25,6 +25,7 @@ from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 RELAY_PORT = 9092
+CAPTURE_BUFFER_KIB = 32768  # tcpdump -B: some 500 packets' slots (see _capture)
 _subnets = iter(range(77, 200))
 _lock = threading.Lock()
 
@@ -139,9 +140,14 @@ class RelayedLaptop:
             return True
 
     def _capture(self) -> None:
+        # In immediate mode libpcap gives each packet a ring slot sized for the largest one
+        # the interface can hand it (64 KiB: a veth offloads segmentation), so tcpdump's
+        # default 2 MiB holds 32 packets: consumers starting at once overflow it whenever
+        # tcpdump waits for a CPU, and the kernel drops the packets that do not fit.
         self.tcpdump = ManagedProcess(
             [*self.laptop.exec_prefix(), "tcpdump", "-i", self.veth, "--immediate-mode", "-U",
-             "-s", "0", "-n", "-w", str(self.capture), "tcp or port 53"],
+             "-B", str(CAPTURE_BUFFER_KIB), "-s", "0", "-n", "-w", str(self.capture),
+             "tcp or port 53"],
             name="tcpdump",
         )  # fmt: skip
         self.tcpdump.wait_for_line(r"listening on", timeout=10)
@@ -152,9 +158,21 @@ class RelayedLaptop:
                               text=True, timeout=timeout)  # fmt: skip
 
     def finish(self) -> Path:
-        """Stop the capture (tcpdump writes what it holds) and return the file."""
+        """Stop the capture and return the file, which holds every packet tcpdump's filter
+        took, or this fails saying how many are missing: a capture that lost packets
+        reaches verify as connections missing their middle, whose groups it cannot judge."""
         self.tcpdump.popen.send_signal(signal.SIGINT)
         self.tcpdump.popen.wait(10)
+        counts = {
+            what: int(self.tcpdump.wait_for_line(rf"^(\d+) packets? {what}$", timeout=10)[1])
+            for what in ("captured", "received by filter", "dropped by kernel")
+        }
+        if counts["captured"] != counts["received by filter"]:
+            raise RuntimeError(
+                f"tcpdump wrote {counts['captured']} of the {counts['received by filter']} "
+                f"packets its filter took ({counts['dropped by kernel']} dropped by the kernel: "
+                f"its {CAPTURE_BUFFER_KIB} KiB buffer overflowed): {self.capture} is incomplete"
+            )
         return self.capture
 
     def close(self) -> None:

@@ -80,8 +80,10 @@ def _capture(
             with ThreadPoolExecutor(len(coordinators)) as pool:
                 consumed = dict(zip(coordinators, pool.map(run, coordinators), strict=True))
     finally:
-        laptop.finish()
-        laptop.close()
+        try:
+            laptop.finish()
+        finally:
+            laptop.close()
     relays = {cluster.mock[i].node_id: f"{a}:{RELAY_PORT}" for i, a in laptop.relay_address.items()}
     return Plain(where, relays, coordinators, consumed)
 
@@ -139,8 +141,10 @@ def _dns_capture(cluster: LocalCluster, where: Path) -> Plain:
         group = f"{topic}-g"
         consumed = laptop.run(*WORKLOAD, "consume", bootstrap, group, topic, "10", "20")
     finally:
-        laptop.finish()
-        laptop.close()
+        try:
+            laptop.finish()
+        finally:
+            laptop.close()
     relay = f"{laptop.named[TANSU_HOST]}:{cluster.tansu.port}"
     return Plain(where, {TANSU_NODE: relay}, {group: TANSU_NODE}, {group: consumed.stdout})
 
@@ -326,6 +330,43 @@ def test_a_file_cut_short_is_named_with_its_offset(
             code, _, err = _verify(cut, "--strict")
             said = " ".join(err.split())
             assert code == 1 and f"strict: cut short: {cut} at byte {start}" in said, said
+
+
+def test_a_segment_missing_from_the_capture_is_named(
+    captures: dict[str, Plain], tmp_path: Path
+) -> None:
+    """A capture that dropped a packet (tcpdump's "packets dropped by kernel"): the rest of
+    that direction of the connection cannot be read, and verify names the connection, the
+    side and the fix instead of leaving its groups unverified without a word."""
+    data = captures["healthy"].path.read_bytes()
+    segments = [s for s in _tcp_segments(data) if s[4]]  # those that carry bytes
+    # a broker's answer with more of the same direction after it
+    start, length, (client, server) = next(
+        (s[0], s[1], (s[3], s[2])) for i, s in enumerate(segments)
+        if s[2].endswith(f":{RELAY_PORT}") and s[2:4] in (later[2:4] for later in segments[i + 1:])
+    )  # fmt: skip
+    lossy = tmp_path / "lossy.pcap"
+    lossy.write_bytes(data[:start] + data[start + length :])
+    _, report, err = _verify(lossy)
+    said = [p for p in report["problems"] if p.startswith(f"{lossy}/{client}/{server}: ")]
+    assert len(said) == 1 and "a segment from the server was not captured" in said[0], said
+    assert "tcpdump -B" in said[0] and f"{client}/{server}" in " ".join(err.split())
+
+
+def _tcp_segments(data: bytes) -> Iterator[tuple[int, int, str, str, int]]:
+    """(offset, length, source, destination, payload bytes) of each TCP segment of a pcap
+    of Ethernet frames carrying IPv4, read here independently of the reader under test."""
+    for start, length in _packets(data):
+        frame = data[start + 16 : start + length]
+        if frame[12:14] != b"\x08\x00" or frame[23] != 6:  # IPv4, TCP
+            continue
+        ip = frame[14:]
+        header, total = (ip[0] & 0x0F) * 4, int.from_bytes(ip[2:4], "big")
+        tcp = ip[header:]
+        ports = struct.unpack_from(">HH", tcp)
+        source = f"{'.'.join(map(str, ip[12:16]))}:{ports[0]}"
+        destination = f"{'.'.join(map(str, ip[16:20]))}:{ports[1]}"
+        yield start, length, source, destination, total - header - (tcp[12] >> 4) * 4
 
 
 def _packets(data: bytes) -> Iterator[tuple[int, int]]:
