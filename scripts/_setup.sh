@@ -302,7 +302,7 @@ kt_client_libraries() {
 }
 
 # A real one-node Kubernetes for the tests (kafkatunnel/localcluster/kubernetes.py):
-# kube-apiserver and the kubelet built once from the Go module proxy at the release
+# kube-apiserver, the kubelet and kubectl (the newest kubectl the tests drive) built once from the Go module proxy at the release
 # scripts/kubernetes/go.mod pins (nothing of Kubernetes is in this repository), with that
 # release stamped in as their version, into a cache outside the repository; Go's own caches
 # beside it. etcd, containerd, runc, the CNI plugins and the pods' busybox are Debian's,
@@ -317,12 +317,13 @@ KT_JAVA_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-java17.tar"
 kt_kubernetes() {
   local go version="$KT_KUBERNETES_VERSION" minor work package
   go="$(command -v go || echo /usr/local/go/bin/go)"
-  if [ ! -x "$KT_KUBERNETES/bin/kubelet" ] || [ ! -x "$KT_KUBERNETES/bin/kube-apiserver" ]; then
+  if [ ! -x "$KT_KUBERNETES/bin/kubelet" ] || [ ! -x "$KT_KUBERNETES/bin/kube-apiserver" ] ||
+    [ ! -x "$KT_KUBERNETES/bin/kubectl" ]; then
     if [ ! -x "$go" ]; then
       kt_log "no Go toolchain: the real-Kubernetes tests will say so"
       return 0
     fi
-    kt_log "building Kubernetes $version (kube-apiserver, kubelet) into $KT_KUBERNETES"
+    kt_log "building Kubernetes $version (kube-apiserver, kubelet, kubectl) into $KT_KUBERNETES"
     minor="${version#v*.}" && minor="${minor%%.*}"
     rm -rf "$KT_KUBERNETES/bin.partial" && mkdir -p "$KT_KUBERNETES/bin.partial"
     (cd "$KT_ROOT/scripts/kubernetes" &&
@@ -334,7 +335,7 @@ kt_kubernetes() {
           -X k8s.io/component-base/version.gitMinor=$minor \
           -X k8s.io/component-base/version.gitTreeState=clean \
           -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z" \
-        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet)
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
     rm -rf "$KT_KUBERNETES/bin" && mv "$KT_KUBERNETES/bin.partial" "$KT_KUBERNETES/bin"
   fi
   if { [ ! -x "$KT_KUBERNETES/debian/usr/bin/containerd" ] || [ ! -x "$KT_KUBERNETES/debian/bin/busybox" ]; } &&

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, free_port
+from kafkatunnel.localcluster.kubernetes import HOME_VARIABLE, VERSION
 from kafkatunnel.localcluster.processes import ManagedProcess
 
 STANDIN = Path(__file__).parent / "bin"
@@ -70,10 +71,14 @@ def version_of(version: str) -> tuple[int, int]:
 
 def real_kubectls() -> dict[str, str]:
     """version ("1.32") -> binary, for each real kubectl here: the one on PATH (without the
-    stand-in), its versioned siblings (the Cloud SDK's kubectl dispatches to them), and
-    Debian's kubernetes-client (1.20) that scripts/test unpacks beside the virtualenv."""
+    stand-in), its versioned siblings (the Cloud SDK's kubectl dispatches to them),
+    Debian's kubernetes-client (1.20) that scripts/test unpacks beside the virtualenv, and
+    the kubectl scripts/test builds with the real cluster (its release: on every machine,
+    one that speaks websockets)."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(STANDIN))
-    candidates = [str(DEBIAN_KUBECTL)]
+    built = Path(os.environ.get(HOME_VARIABLE) or Path.home() / ".cache/kafkatunnel"
+                 / f"kubernetes-{VERSION}") / "bin/kubectl"  # fmt: skip
+    candidates = [str(DEBIAN_KUBECTL), str(built)]
     found = shutil.which("kubectl", path=path)
     if found is not None:
         siblings = Path(found).resolve().parent.glob("kubectl.1.*")
