@@ -67,7 +67,12 @@ READ_ONLY_SOME = ("OffsetCommit", "InitProducerId")
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be: an unknown API name, one both denied and allowed..."""
+    """A policy that cannot be: an unknown API name, one both denied and allowed...;
+    `flag` is the `up` flag at fault."""
+
+    def __init__(self, message: str, flag: str = "--deny-api") -> None:
+        super().__init__(message)
+        self.flag = flag
 
 
 def _folded(name: str) -> str:
@@ -101,7 +106,7 @@ class Policy:
 
     refused: frozenset[int]
     some: frozenset[int] = frozenset()
-    unknown_refused: bool = False
+    read_only: bool = False
     reason: str = "the tunnel refuses it"  # what refused clients read in error messages
 
     @classmethod
@@ -111,7 +116,10 @@ class Policy:
         """The policy of `up --read-only --deny-api ... --allow-api ...` (None: it refuses
         nothing). An allowed API is never refused, whatever else says so."""
         denied = {api_key_of(name) for name in deny}
-        allowed = {api_key_of(name) for name in allow}
+        try:
+            allowed = {api_key_of(name) for name in allow}
+        except PolicyError as error:
+            raise PolicyError(str(error), "--allow-api") from None
         both = denied & allowed
         if both:
             named = ", ".join(sorted(api_title(k) for k in both))
@@ -127,7 +135,8 @@ class Policy:
             named = ", ".join(sorted(api_title(k) for k in idle))
             raise PolicyError(
                 f"{named}: not refused, so there is nothing to allow "
-                "(--allow-api lifts a refusal of --read-only or --deny-api)"
+                "(--allow-api lifts a refusal of --read-only or --deny-api)",
+                "--allow-api",
             )
         if read_only and not deny:
             reason = "the tunnel is read-only (kafkatunnel up --read-only)"
@@ -141,13 +150,13 @@ class Policy:
         return (
             api_key in self.refused
             or api_key in self.some
-            or (self.unknown_refused and api_key not in api_key_map)
+            or (self.read_only and api_key not in api_key_map)
         )
 
     def refuses(self, header: RequestHeader, frame: bytes) -> bool:
         """Whether this request (a whole frame, size prefix included) is refused."""
         key = header.api_key
-        if key in self.refused or (self.unknown_refused and key not in api_key_map):
+        if key in self.refused or (self.read_only and key not in api_key_map):
             return True
         if key not in self.some:
             return False
