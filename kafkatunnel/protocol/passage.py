@@ -3,7 +3,7 @@
 Each direction reads just the head of a frame (a copy of a few bytes) and decides: pass the
 rest through untouched (slices of the very buffers that arrived), or hold the whole frame
 because it must change. Requests are observed (their headers tell what each response will
-be), and changed only when a Policy refuses them (see refuse). Responses are held whole only
+be), and changed only by a Policy: refused (see refuse), or amended. Responses are held whole only
 when they can name a broker, are ApiVersions answers (to be capped) or stand for a refusal;
 a 1 MiB Fetch response passes through as it arrives.
 """
@@ -617,11 +617,14 @@ class _Requests(_Splitter):
         exchange = self.exchange
         self._request = (header, wanted)
         policy = exchange.policy
-        if policy is not None and policy.held(header.api_key) and policy.refuses(header, whole):
-            self._refused.append(header)
-            instead = exchange.refuse(header, wanted, whole)
-            self._shown = whole
-            return instead
+        if policy is not None and policy.held(header.api_key):
+            if policy.refuses(header, whole):
+                self._refused.append(header)
+                instead = exchange.refuse(header, wanted, whole)
+                self._shown = whole
+                return instead
+            exchange.observe_request(header, wanted)
+            return policy.amended(header, whole) or whole
         exchange.observe_request(header, wanted)
         return whole
 

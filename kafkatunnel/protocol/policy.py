@@ -14,26 +14,34 @@ passes. Two APIs are refused only for some requests, read from the request itsel
 - InitProducerId with a transactional id (a transactional producer); without one it only
   gives an idempotent producer its id, and that producer's Produce is refused anyway.
 
+One API is changed instead: a Metadata request that lets the broker create the topics it
+names (allow_auto_topic_creation, v4 on: producers and consumers send it, and brokers
+create topics by default) goes on without that permission. Before v4 the permission is not
+in the request (the broker's setting decides); Kafka 4 brokers no longer take those versions.
+
 API names are Kafka's (DeleteTopics), matched regardless of case and underscores
 (delete_topics, as kio's api_key_map spells them, works too).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader
+from kio.serial import entity_reader, entity_writer
 
+from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 from kafkatunnel.protocol.headers import RequestHeader
 from kafkatunnel.protocol.schema import api_title
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-OFFSET_COMMIT, INIT_PRODUCER_ID = 8, 22
+OFFSET_COMMIT, INIT_PRODUCER_ID, METADATA = 8, 22, 3
 # Never refused: every client opens with ApiVersions (and a refusal is answered in its
 # place, see passage), and a login must go on for anything else to.
 UNREFUSABLE = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
@@ -146,12 +154,32 @@ class Policy:
         return policy if policy.refused or policy.some or read_only else None
 
     def held(self, api_key: int) -> bool:
-        """Whether a request of this API must be held whole to decide (refused, or maybe)."""
+        """Whether a request of this API must be held whole to decide (refused, or maybe, or
+        a Metadata request of read-only's, which may let the broker create topics)."""
         return (
             api_key in self.refused
             or api_key in self.some
-            or (self.read_only and api_key not in api_key_map)
+            or (self.read_only and (api_key == METADATA or api_key not in api_key_map))
         )
+
+    def amended(self, header: RequestHeader, frame_bytes: bytes) -> bytes | None:
+        """The request as it goes on instead, when read-only changes it (a Metadata request
+        that lets the broker create topics, without that permission); None: as it is."""
+        if not self.read_only or header.api_key != METADATA or header.api_version < 4:
+            return None
+        try:
+            request = read_request(header, frame_bytes)
+        except Exception:  # kio's own errors: the broker judges what nobody here can read
+            return None
+        if not request.allow_auto_topic_creation:
+            return None
+        assert header.body_offset is not None  # read_request read it
+        out = io.BytesIO()
+        out.write(frame_bytes[SIZE_PREFIX : header.body_offset])  # the header as it came
+        entity_writer(type(request))(
+            out, dataclasses.replace(request, allow_auto_topic_creation=False)
+        )
+        return frame(out.getvalue())
 
     def refuses(self, header: RequestHeader, frame: bytes) -> bool:
         """Whether this request (a whole frame, size prefix included) is refused."""

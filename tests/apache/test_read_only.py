@@ -16,9 +16,10 @@ from typing import Any
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
-from kio.index import load_response_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.serial import entity_reader
 
 from kafkatunnel.localcluster.apache import HEAP, ApacheKafka
@@ -85,6 +86,23 @@ def test_kafka_topics_describes_and_cannot_delete(
     assert DENIED in deleted.stdout + deleted.stderr, deleted.stdout + deleted.stderr[-2000:]
     still = apache_kafka.tool(topics, "--bootstrap-server", apache_kafka.bootstrap(), "--list")
     assert topic in still.split()
+
+
+def test_a_metadata_request_creates_no_topic(apache_kafka: ApacheKafka, through: str) -> None:
+    """The broker creates topics a Metadata request names (auto.create.topics.enable, on by
+    default) when the request lets it: through read-only, it does not let it."""
+    missing = f"guarded-missing-{uuid.uuid4().hex[:6]}"
+    request_type: Any = load_request_schema(3, 12)
+    named: Any = MetadataRequestTopic(topic_id=None, name=missing)  # type: ignore[arg-type]
+    asked = request_type(topics=(named,),
+                         allow_auto_topic_creation=True,
+                         include_topic_authorized_operations=False)  # fmt: skip
+    with ProbeConnection(through.split(",")[0]) as probe:
+        answer = probe.request(asked)
+    assert [t.error_code for t in answer.topics] == [ErrorCode.unknown_topic_or_partition]
+    listed = apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                               apache_kafka.bootstrap(), "--list")  # fmt: skip
+    assert missing not in listed.split()
 
 
 def test_the_java_producer_fails_with_its_authorization_error_and_nothing_is_written(

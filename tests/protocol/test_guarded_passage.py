@@ -167,6 +167,23 @@ def test_a_produce_that_wants_no_answer_ends_the_connection_after_what_came_befo
     assert exchange.stats.refused == {0: 1}
 
 
+@pytest.mark.parametrize("version", range(4, 14))
+def test_read_only_takes_from_metadata_requests_the_permission_to_create_topics(
+    version: int,
+) -> None:
+    """Brokers create a topic a Metadata request names when it allows them to (and their
+    auto.create.topics.enable is on, the default): through read-only it does not."""
+    exchange = Exchange(tunnel_mapper, rewrite_caps(), policy=READ_ONLY)
+    asking = request_frame(built(3, version, allow_auto_topic_creation=True), 1)
+    plain = request_frame(built(3, version, allow_auto_topic_creation=False), 2)
+    out = exchange.requests.feed(asking + plain).out
+    went = FrameDecoder().feed(b"".join(bytes(c) for c in out))
+    assert went == [request_frame(built(3, version, allow_auto_topic_creation=False), 1), plain]
+    assert exchange.stats.refused == {}
+    untouched = Exchange(tunnel_mapper, rewrite_caps(), policy=Policy.of(deny=["DeleteTopics"]))
+    assert b"".join(bytes(c) for c in untouched.requests.feed(asking).out) == asking
+
+
 ALL = [(k, v) for k, n in api_key_map.items() for v in sorted(schema_name_map[n])]
 
 
