@@ -6,10 +6,13 @@ tunnel serves every test here."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import socket
 import subprocess
+import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +25,9 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.serial import entity_reader
 
+from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import HEAP, ApacheKafka
+from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection, encode_request
 from kafkatunnel.protocol import (
     READ_ONLY,
@@ -31,7 +36,6 @@ from kafkatunnel.protocol import (
     response_body_offset,
     response_correlation_id,
 )
-from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
 from tests.protocol.requests_built import built
 
@@ -41,9 +45,24 @@ GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 
 @pytest.fixture(scope="module")
-def through(apache_kafka: ApacheKafka) -> Iterator[str]:
-    with tunnel(apache_kafka, "plain", "--read-only") as bootstrap:
-        yield bootstrap
+def guarded(apache_kafka: ApacheKafka) -> Iterator[tuple[str, ManagedProcess]]:
+    """`up --read-only` (as tests.apache.test_apache_kafka.tunnel starts `up`), and its
+    process, whose log the tests read."""
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--read-only",
+         "--bootstrap", apache_kafka.bootstrap(), "--exec", apache_kafka.exec_template(),
+         "--listen", f"127.0.0.1:{free_port_run(8)}"],
+        name="kafkatunnel-up-read-only",
+    )  # fmt: skip
+    try:
+        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1), up
+    finally:
+        up.stop()
+
+
+@pytest.fixture(scope="module")
+def through(guarded: tuple[str, ManagedProcess]) -> str:
+    return guarded[0]
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +122,47 @@ def test_a_metadata_request_creates_no_topic(apache_kafka: ApacheKafka, through:
     listed = apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                                apache_kafka.bootstrap(), "--list")  # fmt: skip
     assert missing not in listed.split()
+
+
+def test_refusals_are_counted_in_status_and_metrics_and_logged_once(
+    apache_kafka: ApacheKafka, guarded: tuple[str, ManagedProcess], topic: str
+) -> None:
+    through, up = guarded
+    before = _refused(through)
+    for _ in range(2):  # the same client id (adminclient-1) both times
+        deleted = _tool(apache_kafka, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                        through, "--delete", "--topic", topic)  # fmt: skip
+        assert deleted.returncode != 0
+    counted = _refused(through)
+    assert counted["DeleteTopics"] - before["DeleteTopics"] == 2, counted
+    said = re.findall(r"refused DeleteTopics from client '([^']*)'", up.output())
+    assert said and len(said) == len(set(said)), said  # once per client id
+    status = _status(through)
+    assert status["policy"]["read_only"] is True
+    assert status["policy"]["refused"] == sum(counted.values())
+    control = status["control"].removeprefix("unix:")
+    metrics = subprocess.run(["curl", "-s", "--unix-socket", control,
+                              "http://kafkatunnel/metrics"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout  # fmt: skip
+    deletes = re.findall(r'^kafkatunnel_api_refused_total\{.*api="DeleteTopics"\} (\d+)$',
+                         metrics, re.M)  # fmt: skip
+    assert sum(int(n) for n in deletes) == counted["DeleteTopics"], metrics
+
+
+def _status(bootstrap: str) -> dict[str, Any]:
+    port = bootstrap.split(",")[0].rsplit(":", 1)[1]
+    status = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "status", "--json", "--port", port],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return dict(json.loads(status.stdout))
+
+
+def _refused(bootstrap: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for endpoint in _status(bootstrap)["endpoints"]:
+        counts.update(endpoint["api_refused"])
+    return counts
 
 
 def test_the_java_producer_fails_with_its_authorization_error_and_nothing_is_written(
