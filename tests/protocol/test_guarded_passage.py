@@ -7,6 +7,7 @@ byte for byte."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from kafkatunnel.protocol import (
     FramePassed,
     Policy,
     RefusedUnanswerable,
+    frame,
     parse_request_header,
     refusal,
     rewrite_response,
@@ -165,6 +167,17 @@ def test_a_produce_that_wants_no_answer_ends_the_connection_after_what_came_befo
         exchange.requests.feed(before + request_frame(built(0, 9, acks=0), 2))
     assert b"".join(bytes(c) for c in exchange.requests.taken_before_error().out) == before
     assert exchange.stats.refused == {0: 1}
+
+
+def test_an_api_read_only_does_not_know_ends_the_connection() -> None:
+    """It could change anything, and no refusal can be built for it: the connection ends,
+    as Kafka's broker ends it on a request it cannot answer."""
+    exchange = Exchange(tunnel_mapper, rewrite_caps(), policy=READ_ONLY)
+    unknown = frame(struct.pack(">hhih", 7, 3, 1, -1) + b"\x00" * 8)  # ControlledShutdown v3
+    with pytest.raises(RefusedUnanswerable, match="API 7"):
+        exchange.requests.feed(unknown)
+    lenient = Exchange(tunnel_mapper, rewrite_caps(), policy=Policy.of(deny=["DeleteTopics"]))
+    assert b"".join(bytes(c) for c in lenient.requests.feed(unknown).out) == unknown
 
 
 @pytest.mark.parametrize("version", range(4, 14))
