@@ -3,9 +3,9 @@
 Each direction reads just the head of a frame (a copy of a few bytes) and decides: pass the
 rest through untouched (slices of the very buffers that arrived), or hold the whole frame
 because it must change. Requests are observed (their headers tell what each response will
-be), and changed only by a Policy: refused (see refuse), or amended. Responses are held whole only
-when they can name a broker, are ApiVersions answers (to be capped) or stand for a refusal;
-a 1 MiB Fetch response passes through as it arrives.
+be), and changed only by a Policy: refused (see Exchange.refuse), or amended. Responses are
+held whole only when they can name a broker, are ApiVersions answers (to be capped) or stand
+for a refusal; a 1 MiB Fetch response passes through as it arrives.
 """
 
 from __future__ import annotations
