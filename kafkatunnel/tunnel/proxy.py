@@ -193,9 +193,9 @@ class ClientConnection:
     def _client_ended(self, cause: BaseException | None) -> None:
         if isinstance(cause, ConnectionBug):
             self.fail(f"client {self.peer}: {cause}")
-        elif isinstance(cause, RefusedUnanswerable):  # a refusal Kafka answers so, too
+        elif isinstance(cause, RefusedUnanswerable):  # Kafka's broker ends it so, too
             log.info("%s: client %s: %s", self.endpoint.local, self.peer, cause)
-            self.close()
+            self._client_done()  # after the answers to what came before it
         elif isinstance(cause, ProtocolError):
             self.fail(f"client {self.peer} sent invalid Kafka protocol: {cause}")
         elif cause is None:
