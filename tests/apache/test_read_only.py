@@ -30,7 +30,6 @@ from kafkatunnel.localcluster.apache import HEAP, ApacheKafka
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection, encode_request
 from kafkatunnel.protocol import (
-    READ_ONLY,
     FrameDecoder,
     authorization_error,
     response_body_offset,
@@ -38,6 +37,7 @@ from kafkatunnel.protocol import (
 )
 from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
 from tests.protocol.requests_built import built
+from tests.protocol.test_guarded_passage import CHANGING
 
 __all__ = ["js_client"]  # a fixture, used by name
 DENIED = "Authorization failed"
@@ -290,9 +290,10 @@ def _aimed(request: Any, topic: str, group: str) -> Any:
 def test_no_request_that_changes_the_cluster_passes_at_any_version_it_offers(
     apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
 ) -> None:
-    """Every API read-only refuses, at every version the cluster offers (and kio knows),
-    aimed at a real topic and group, answered by the tunnel with the API's authorization
-    error; the cluster's topics, the topic's offsets and the group's offsets unchanged."""
+    """Every API that changes the cluster (the issue's list, not the tunnel's), at every
+    version the cluster offers (and kio knows), aimed at a real topic and group, answered
+    by the tunnel with the API's authorization error; the cluster's topics, the topic's
+    offsets and configs and the group's offsets unchanged."""
     group = f"{topic}-aimed"
     _, consume = java(java_classes, "classic")
     assert consume(through, topic, group, MESSAGES) == MESSAGES
@@ -304,7 +305,7 @@ def test_no_request_that_changes_the_cluster_passes_at_any_version_it_offers(
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         decoder = FrameDecoder()
         correlation = 0
-        for key in sorted(READ_ONLY & offered.keys()):
+        for key in sorted(CHANGING & offered.keys()):
             low, high = offered[key]
             known = schema_name_map[api_key_map[key]]
             for version in (v for v in range(low, high + 1) if v in known):
