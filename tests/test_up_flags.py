@@ -14,6 +14,7 @@ import typer
 
 from kafkatunnel.cli.up_options import (
     DnsOptions,
+    Guard,
     Limits,
     Reach,
     RecordFlags,
@@ -23,6 +24,7 @@ from kafkatunnel.cli.up_options import (
     UpOptions,
     check,
 )
+from kafkatunnel.protocol import Policy
 from kafkatunnel.tunnel import SettingError, TunnelConfig
 from kafkatunnel.tunnel.tls import TlsOptions, client_context
 
@@ -55,6 +57,9 @@ DNS = ("127.0.0.1", 53)
         (UpOptions(Reach(bootstrap="k:9092", exec_template="nc {host}")), "--exec"),
         (UpOptions(Reach(bootstrap="k:9092", via="direct", mappings=("a=b",))), "--map"),
         (UpOptions(Reach(via="exec", exec_template=EXEC)), "--bootstrap"),
+        (UpOptions(REACH, guard=Guard(deny_api=("DeleteTopic",))), "--deny-api"),
+        (UpOptions(REACH, guard=Guard(allow_api=("Produce",))), "--allow-api"),
+        (UpOptions(REACH, guard=Guard(True, allow_api=("Produc",))), "--allow-api"),
     ],
 )
 def test_a_wrong_flag_is_named_by_the_check_of_the_flags(options: UpOptions, flag: str) -> None:
@@ -102,6 +107,10 @@ def test_the_flags_the_check_passes_come_out_parsed() -> None:
         ({"dns_zones": ["local"]}, "--dns-zone"),
         ({"bootstrap": "kafka.shop.svc.com:9092"}, "--bootstrap"),  # `com`: no cluster domain
         ({"brokers": ["kafka-1.kafka.shop.svc.co.uk:9092"]}, "--broker"),
+        (
+            {"mode": "transparent", "dns_listen": ("127.0.0.1", 53), "policy": Policy.of(True)},
+            "--read-only",
+        ),
     ],
 )
 def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(
@@ -118,6 +127,11 @@ def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(
         (["--record-payloads"], "Invalid value for --record-payloads: goes with --record DIR"),
         (["--max-brokers", "0"], "Invalid value for --max-brokers: must be from 1 to 65535"),
         (["--mode", "transparent"], "Invalid value for --dns: transparent mode needs the DNS"),
+        (
+            ["--deny-api", "DeleteTopic"],
+            "Invalid value for --deny-api: 'DeleteTopic' is not a "
+            "Kafka API name; the names are: AddOffsetsToTxn, AddPartitionsToTxn",
+        ),
     ],
 )
 def test_up_reports_a_wrong_value_under_its_own_flag(

@@ -40,6 +40,7 @@ from kafkatunnel.cli.options import (
 from kafkatunnel.cli.output import error, make_console, prepare_errors
 from kafkatunnel.cli.up_options import (
     DNS,
+    GUARD,
     KUBE,
     LIMITS,
     REACH,
@@ -49,6 +50,7 @@ from kafkatunnel.cli.up_options import (
     TLS,
     Checked,
     DnsOptions,
+    Guard,
     KubeOptions,
     Limits,
     Reach,
@@ -354,6 +356,28 @@ def up(
         help="Move bytes the tunnel need not read with splice(2) (Linux): less CPU.",
         rich_help_panel=RUNNING,
     ),
+    read_only: bool = typer.Option(
+        False,
+        "--read-only",
+        help="Refuse every request that changes the cluster (produce, topics, configs, "
+        "offsets of others' groups, ACLs, transactions...): clients get Kafka's own "
+        "authorization error.",
+        rich_help_panel=GUARD,
+    ),
+    deny_api: list[str] = typer.Option(
+        [],
+        "--deny-api",
+        metavar="NAME",
+        help="Also refuse this Kafka API, e.g. DeleteTopics (repeatable).",
+        rich_help_panel=GUARD,
+    ),
+    allow_api: list[str] = typer.Option(
+        [],
+        "--allow-api",
+        metavar="NAME",
+        help="Let this Kafka API pass although --read-only refuses it, e.g. Produce (repeatable).",
+        rich_help_panel=GUARD,
+    ),
     detach: bool = typer.Option(
         False,
         "--detach",
@@ -380,6 +404,7 @@ def up(
                            record_payloads),
         limits=Limits(connect_timeout, start_timeout, max_connections, max_brokers),
         running=Running(table, loop, mode, zero_copy),
+        guard=Guard(read_only, tuple(deny_api), tuple(allow_api)),
     )  # fmt: skip
     run_up(console, options)
 
@@ -455,6 +480,7 @@ def run_up(console: Console, options: UpOptions) -> None:
             tls_certificate=None if tls is None else tls.certificate_named,
             advertise=advertise,
             audiences=audiences,
+            policy=checked.policy,
         )
         if tls_flags.client:
             client = listener_tls(config.listen_host, told=config.told_hosts)

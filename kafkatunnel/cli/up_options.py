@@ -20,6 +20,7 @@ from kafkatunnel.dns.resolver import METHODS
 from kafkatunnel.hostnames import parse_port
 from kafkatunnel.kube.services import ServiceRequest, check_namespace
 from kafkatunnel.probe import split_address
+from kafkatunnel.protocol import Policy, PolicyError
 from kafkatunnel.tunnel import parse_mapping
 from kafkatunnel.tunnel.forwarders import check_template
 
@@ -40,6 +41,7 @@ REACH, KUBE, SERVING, DNS, TLS = (
     "TLS",
 )
 RECORDING, LIMITS, RUNNING = "Recording", "Limits", "Running"
+GUARD = "Guarding a shared cluster"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,15 @@ class Running:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """What the tunnel refuses: --read-only, --deny-api, --allow-api."""
+
+    read_only: bool = False
+    deny_api: tuple[str, ...] = ()
+    allow_api: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class UpOptions:
     reach: Reach = field(default_factory=Reach)
     kube: KubeOptions = field(default_factory=KubeOptions)
@@ -144,6 +155,7 @@ class UpOptions:
     record: RecordFlags = field(default_factory=RecordFlags)
     limits: Limits = field(default_factory=Limits)
     running: Running = field(default_factory=Running)
+    guard: Guard = field(default_factory=Guard)
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,7 @@ class Checked:
     mappings: dict[tuple[str, int], tuple[str, int]]
     services: tuple[ServiceRequest, ...]
     rotate_bytes: int
+    policy: Policy | None = None  # what the tunnel refuses
 
 
 def check(options: UpOptions) -> Checked:
@@ -218,7 +231,17 @@ def check(options: UpOptions) -> Checked:
         mappings=mappings,
         services=services,
         rotate_bytes=parse_size(options.record.rotate, "--record-rotate"),
+        policy=check_guard(options.guard),
     )
+
+
+def check_guard(guard: Guard) -> Policy | None:
+    """The policy the guard's flags make (None: nothing refused); an unknown API name or a
+    contradiction names the flag and the valid names."""
+    try:
+        return Policy.of(guard.read_only, guard.deny_api, guard.allow_api)
+    except PolicyError as cause:
+        raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
 
 
 def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:

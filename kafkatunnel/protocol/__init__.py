@@ -14,6 +14,8 @@ holds callers to these names).
 - Brokers: `BrokerAddress`, `Mapper` (what the tunnel's registry provides) and the
   rewriting of the answers that name them.
 - Coordinators: which broker a group or transaction lands on.
+- A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`), and the
+  answer Kafka gives an unauthorized client, built for a refused request (`refusal`).
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
 """
@@ -37,6 +39,7 @@ from kafkatunnel.protocol.errors import (
     FrameSizeError,
     MalformedMessage,
     ProtocolError,
+    RefusedUnanswerable,
     TruncatedFrame,
     UnknownApiKey,
     UnmatchedResponse,
@@ -66,6 +69,14 @@ from kafkatunnel.protocol.passage import (
     ReadRequest,
     RecordSpans,
 )
+from kafkatunnel.protocol.policy import (
+    READ_ONLY,
+    Policy,
+    PolicyError,
+    api_key_of,
+    read_request,
+)
+from kafkatunnel.protocol.refusal import AUTHORIZATION_ERRORS, authorization_error, refusal
 from kafkatunnel.protocol.rewrite import (
     REWRITTEN_APIS,
     BrokerAddress,
@@ -128,6 +139,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "FrameSizeError",
     "MalformedMessage",
     "ProtocolError",
+    "RefusedUnanswerable",
     "TruncatedFrame",
     "UnknownApiKey",
     "UnmatchedResponse",
@@ -151,6 +163,15 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "java_string_hash",
     "kafka_abs",
     "partition_for",
+    # a guard
+    "AUTHORIZATION_ERRORS",
+    "READ_ONLY",
+    "Policy",
+    "PolicyError",
+    "api_key_of",
+    "authorization_error",
+    "read_request",
+    "refusal",
     # reading messages by their schema
     "RESPONSE_WALK_START",
     "TAIL",

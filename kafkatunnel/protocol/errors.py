@@ -37,3 +37,8 @@ class UnmatchedResponse(ProtocolError):
 
 class DuplicateCorrelationId(ProtocolError):
     """A request reuses the correlation id of a request still waiting for its response."""
+
+
+class RefusedUnanswerable(ProtocolError):
+    """A request a Policy refuses that cannot be answered (it expects no answer, or its
+    answer cannot be built): its connection ends, as Kafka ends it."""

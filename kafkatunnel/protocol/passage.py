@@ -2,9 +2,10 @@
 
 Each direction reads just the head of a frame (a copy of a few bytes) and decides: pass the
 rest through untouched (slices of the very buffers that arrived), or hold the whole frame
-because it must change. Requests are never changed, only observed (their headers tell what
-each response will be). Responses are held whole only when they can name a broker or are
-ApiVersions answers (to be capped); a 1 MiB Fetch response passes through as it arrives.
+because it must change. Requests are observed (their headers tell what each response will
+be), and changed only by a Policy: refused (see Exchange.refuse), or amended. Responses are
+held whole only when they can name a broker, are ApiVersions answers (to be capped) or stand
+for a refusal; a 1 MiB Fetch response passes through as it arrives.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kafkatunnel.protocol.errors import (
     FrameSizeError,
     MalformedMessage,
     ProtocolError,
+    RefusedUnanswerable,
     TruncatedFrame,
 )
 from kafkatunnel.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SIZE_PREFIX
@@ -36,6 +38,8 @@ from kafkatunnel.protocol.headers import (
     response_header_version,
     top_level_error,
 )
+from kafkatunnel.protocol.policy import Policy
+from kafkatunnel.protocol.refusal import refusal
 from kafkatunnel.protocol.rewrite import (
     BrokerAddress,
     Mapper,
@@ -44,7 +48,7 @@ from kafkatunnel.protocol.rewrite import (
     needs_rewrite,
     rewrite_response,
 )
-from kafkatunnel.protocol.schema import StructPlan
+from kafkatunnel.protocol.schema import StructPlan, api_title
 from kafkatunnel.protocol.streaming import (
     AFTER_RECORDS,
     RESPONSE_WALK_START,
@@ -94,6 +98,7 @@ class Fed(NamedTuple):
     # then resume(); the direction holds everything after that answer until then.
     unknown_brokers: tuple[BrokerAddress, ...] = ()
     frames: Sequence[FramePassed] = ()  # frames that passed on whole (when observed)
+    refused: Sequence[RequestHeader] = ()  # requests a Policy refused (to count, to say)
 
 
 class Head(Enum):
@@ -128,6 +133,7 @@ class ExchangeStats:
     responses: int = 0
     rewritten: int = 0
     errors: dict[int, int] = field(default_factory=dict)  # coordinator answers' error codes
+    refused: dict[int, int] = field(default_factory=dict)  # per API key, by a Policy
 
 
 class _Splitter:
@@ -159,6 +165,10 @@ class _Splitter:
         self._records: RecordSpans | None = None
         self._compact = False  # the walked message is of a flexible version
         self._request: ReadRequest | None = None
+        # What an observer sees of a frame on_frame changed into something else than its
+        # own rewrite (a refused request: itself, not what went on in its place).
+        self._shown: bytes | None = None
+        self._refused: list[RequestHeader] = []  # refused since the caller last heard
         self._walk_from = 0  # where in the frame its walk starts
         # Stopped at an answer naming brokers not learned yet (see Fed.unknown_brokers),
         # and the bytes fed since, to be read on resume().
@@ -247,7 +257,7 @@ class _Splitter:
         try:
             if self._size < 0 and not self._held and not self._pass_on and self._walk is None:
                 pos = self._whole_frames(view, end, out)  # between frames: most reads
-                if pos == end and self._stop is None and not self._passed:
+                if pos == end and self._stop is None and not self._passed and not self._refused:
                     return Fed(out)
             else:
                 pos = 0
@@ -259,9 +269,10 @@ class _Splitter:
 
     def _fed(self, out: list[Chunk]) -> Fed:
         stop = self._stop
-        if stop is None and not self._passed:
+        if stop is None and not self._passed and not self._refused:
             return Fed(out)
-        return Fed(out, () if stop is None else stop.brokers, self._take_passed())
+        refused, self._refused = self._refused, []
+        return Fed(out, () if stop is None else stop.brokers, self._take_passed(), refused)
 
     def _take_passed(self) -> Sequence[FramePassed]:
         if not self._passed:
@@ -437,8 +448,9 @@ class _Splitter:
 
     def _last_part_seen(self, out: list[Chunk]) -> None:
         """The frame's last part is the last chunk out: an observer sees the frame now."""
+        shown, self._shown = self._shown, None
         if self._parts is not None:
-            self._parts.append(out[-1])
+            self._parts.append(out[-1] if shown is None else shown)
             self._frame_seen()
 
     def _resume(self, sent: Got | None) -> int:
@@ -577,10 +589,14 @@ class _Requests(_Splitter):
     def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
         super().__init__(max_frame_size, REQUEST_HEAD, records_only)
         self.exchange = exchange
+        self.policy = exchange.policy
 
     def on_head(self, head: bytes, complete: bool) -> Head | Walk:
         try:
             header = parse_request_header(head)
+            policy = self.policy
+            if policy is not None and policy.held(header.api_key):
+                return Head.HOLD  # decided whole: refused, or perhaps (see policy)
             wanted = expects_response(head, header)
         except MalformedMessage:
             if complete:
@@ -598,8 +614,18 @@ class _Requests(_Splitter):
     def on_frame(self, whole: bytes) -> bytes:
         header = parse_request_header(whole)
         wanted = expects_response(whole, header)
-        self.exchange.observe_request(header, wanted)
+        exchange = self.exchange
         self._request = (header, wanted)
+        policy = exchange.policy
+        if policy is not None and policy.held(header.api_key):
+            if policy.refuses(header, whole):
+                self._refused.append(header)
+                instead = exchange.refuse(header, wanted, whole)
+                self._shown = whole
+                return instead
+            exchange.observe_request(header, wanted)
+            return policy.amended(header, whole) or whole
+        exchange.observe_request(header, wanted)
         return whole
 
 
@@ -640,12 +666,17 @@ class _Responses(_Splitter):
     def __init__(self, exchange: Exchange, max_frame_size: int, records_only: bool) -> None:
         super().__init__(max_frame_size, RESPONSE_HEAD, records_only)
         self.exchange = exchange
+        self.refusals = exchange.refusals  # the same dict
         self._current: InFlight | None = None
         self._plan: StructPlan | None = None  # of the response being walked
 
     def on_head(self, head: bytes, complete: bool) -> Head | Walk:
-        request = self.exchange.tracker.response(response_correlation_id(head))
+        correlation_id = response_correlation_id(head)
+        request = self.exchange.tracker.response(correlation_id)
         self.exchange.stats.responses += 1
+        if self.refusals and correlation_id in self.refusals:
+            self._current = request  # the broker's answer in a refusal's place
+            return Head.HOLD
         treatment, plan = _treatment(request.api_key, request.api_version, self.records_only)
         if treatment is _Answer.PASS:
             return Head.PASS
@@ -666,6 +697,11 @@ class _Responses(_Splitter):
     def on_frame(self, whole: bytes) -> bytes:
         request = self._current
         assert request is not None
+        refused = self.refusals.pop(request.correlation_id, None)
+        if refused is not None:
+            self._current = None
+            self._shown = refused  # a recording sees the request's answer, as the client
+            return refused
         out = self.exchange.transform_response(request, whole)  # may stop: BrokersUnknown
         self._current = None
         if request.api_key in ERROR_FIRST_APIS:
@@ -692,12 +728,17 @@ class Exchange:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         records_only: bool = False,
         answers: RewrittenAnswers | None = None,
+        policy: Policy | None = None,
     ) -> None:
         """records_only: let only record data pass unread (a recording reads the rest).
         answers: answers rewritten before with this mapper (shared by the connections that
-        use it), to send again rather than walk again."""
+        use it), to send again rather than walk again. policy: the requests refused."""
         self.mapper = mapper
         self.answers = answers
+        self.policy = policy
+        # The answers to refused requests, by correlation id, each waiting for the broker's
+        # answer to what went in the request's place (see refuse).
+        self.refusals: dict[int, bytes] = {}
         self.records_only = records_only
         self.caps = caps
         self.tracker = CorrelationTracker()
@@ -728,6 +769,33 @@ class Exchange:
     def observe_request(self, header: RequestHeader, wanted: bool) -> None:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
+
+    def refuse(self, header: RequestHeader, wanted: bool, whole: bytes) -> bytes:
+        """A request the policy refuses never reaches the broker. An ApiVersions v0 request
+        with its correlation id goes in its place; the broker's answer to that, which comes
+        in order after its answers to every earlier request on the connection, is replaced
+        by the refusal (built now): the client gets it where Kafka would put its answer,
+        and no earlier answer is held for it. A request that expects no answer (a Produce
+        with acks=0), or whose refusal cannot be built, ends the connection instead, as
+        Kafka's broker ends it on an error it cannot answer: its client then notices."""
+        key = header.api_key
+        self.stats.refused[key] = self.stats.refused.get(key, 0) + 1
+        assert self.policy is not None
+        if not wanted:
+            raise RefusedUnanswerable(
+                f"{_api(key)} with acks=0 refused ({self.policy.reason}): it expects no "
+                "answer, so the connection is closed"
+            )
+        try:
+            answer = refusal(whole, header, self.policy.reason)
+        except Exception as error:  # kio's own errors: a request it cannot read
+            raise RefusedUnanswerable(
+                f"{_api(key)} v{header.api_version} refused ({self.policy.reason}); its "
+                f"answer cannot be built ({error}), so the connection is closed"
+            ) from None
+        self.tracker.request(header, True)  # answered in the broker's answer's place
+        self.refusals[header.correlation_id] = answer
+        return _stand_in(header.correlation_id)
 
     def transform_response(self, request: InFlight, whole: bytes) -> bytes:
         if request.api_key == API_VERSIONS:
@@ -772,6 +840,24 @@ class Exchange:
         code = top_level_error(head, request.api_key, request.api_version)
         if code:
             self.stats.errors[code] = self.stats.errors.get(code, 0) + 1
+
+
+def _api(key: int) -> str:
+    try:
+        return api_title(key)
+    except ProtocolError:
+        return f"API {key}"
+
+
+_STAND_IN = struct.Struct(">ihhih")  # size, API key, version, correlation id, client id
+
+
+def _stand_in(correlation_id: int) -> bytes:
+    """What goes to the broker in a refused request's place: ApiVersions v0, which every
+    broker answers at any time and which changes nothing."""
+    client = b"kafkatunnel-refused"
+    size = _STAND_IN.size - SIZE_PREFIX + len(client)
+    return _STAND_IN.pack(size, API_VERSIONS, 0, correlation_id, len(client)) + client
 
 
 class Direction(Protocol):

@@ -10,10 +10,17 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 
 from kafkatunnel.capture.recorder import Recording
-from kafkatunnel.protocol import BrokerAddress, Exchange, PassThrough, ProtocolError
+from kafkatunnel.protocol import (
+    BrokerAddress,
+    Exchange,
+    PassThrough,
+    ProtocolError,
+    RefusedUnanswerable,
+    RequestHeader,
+)
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
@@ -46,6 +53,7 @@ class ClientConnection:
         zero_copy: bool = True,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         client_tls: ssl.SSLContext | None = None,
+        on_refused: Callable[[ClientConnection, Sequence[RequestHeader]], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -56,6 +64,7 @@ class ClientConnection:
         self.zero_copy = zero_copy
         self.learn = learn  # brokers the answers name, given tunnel addresses
         self.client_tls = client_tls  # serve the client TLS (--client-tls)
+        self.on_refused = on_refused  # requests a policy refused (--read-only), to say so
         self.client_tls_session: TlsUpstream | None = None  # with a client of --client-tls
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
@@ -89,7 +98,8 @@ class ClientConnection:
         """What this connection did so far: rewrites, bytes spliced, coordinator errors."""
         stats = self.exchange.stats
         spliced = sum(pump.spliced for pump in self.pumps)
-        return Tally(stats.rewritten, spliced, dict(stats.errors), dict(stats.requests))
+        return Tally(stats.rewritten, spliced, dict(stats.errors), dict(stats.requests),
+                     dict(stats.refused))  # fmt: skip
 
     async def _connect(self) -> None:
         if self.client_tls is not None and not await self._accept_tls(self.client_tls):
@@ -135,6 +145,7 @@ class ClientConnection:
                 on_sink_error=self._upstream_ended,
                 on_chunks=None if streamed is None else streamed.from_client,
                 on_frames=None if framed is None else framed.requests,
+                on_refused=None if self.on_refused is None else self._refused,
             ),
             Pump(
                 upstream.stream,
@@ -151,6 +162,10 @@ class ClientConnection:
         ]
         for pump in self.pumps:
             pump.start()
+
+    def _refused(self, headers: Sequence[RequestHeader]) -> None:
+        assert self.on_refused is not None
+        self.on_refused(self, headers)
 
     def _from_client(self, count: int) -> None:
         self.endpoint.bytes_in += count
@@ -178,6 +193,9 @@ class ClientConnection:
     def _client_ended(self, cause: BaseException | None) -> None:
         if isinstance(cause, ConnectionBug):
             self.fail(f"client {self.peer}: {cause}")
+        elif isinstance(cause, RefusedUnanswerable):  # Kafka's broker ends it so, too
+            log.info("%s: client %s: %s", self.endpoint.local, self.peer, cause)
+            self._client_done()  # after the answers to what came before it
         elif isinstance(cause, ProtocolError):
             self.fail(f"client {self.peer} sent invalid Kafka protocol: {cause}")
         elif cause is None:

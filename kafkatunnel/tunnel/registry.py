@@ -57,6 +57,7 @@ class Tally:
     spliced: int = 0  # bytes moved without entering Python (splice)
     errors: dict[int, int] = field(default_factory=dict)
     requests: dict[int, int] = field(default_factory=dict)  # per API key
+    refused: dict[int, int] = field(default_factory=dict)  # per API key (--read-only...)
 
     def add(self, other: Tally) -> None:
         self.rewrites += other.rewrites
@@ -65,14 +66,21 @@ class Tally:
             self.errors[code] = self.errors.get(code, 0) + count
         for key, count in other.requests.items():
             self.requests[key] = self.requests.get(key, 0) + count
+        for key, count in other.refused.items():
+            self.refused[key] = self.refused.get(key, 0) + count
 
     def copy(self) -> Tally:
-        return Tally(self.rewrites, self.spliced, dict(self.errors), dict(self.requests))
+        return Tally(self.rewrites, self.spliced, dict(self.errors), dict(self.requests),
+                     dict(self.refused))  # fmt: skip
 
     def by_api(self) -> dict[str, int]:
         """Requests per API by the name Kafka gives it (Fetch, ShareFetch...), in key order:
         what status and the metrics show."""
         return {api_label(key): count for key, count in sorted(self.requests.items())}
+
+    def refused_by_api(self) -> dict[str, int]:
+        """Requests refused per API (--read-only, --deny-api), named as in by_api."""
+        return {api_label(key): count for key, count in sorted(self.refused.items())}
 
 
 def api_label(api_key: int) -> str:
@@ -133,6 +141,7 @@ class Endpoint:
             "bytes_out": self.bytes_out,
             "requests": 0 if tally is None else sum(tally.requests.values()),
             "api_requests": {} if tally is None else tally.by_api(),
+            "api_refused": {} if tally is None else tally.refused_by_api(),
             "errors": self.errors,
             "last_error": self.last_error,
             "dns_address": self.dns_address,

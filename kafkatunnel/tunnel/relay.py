@@ -28,7 +28,15 @@ import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kafkatunnel.protocol import BrokerAddress, Chunk, Direction, Fed, FramePassed, ProtocolError
+from kafkatunnel.protocol import (
+    BrokerAddress,
+    Chunk,
+    Direction,
+    Fed,
+    FramePassed,
+    ProtocolError,
+    RequestHeader,
+)
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream
 
 log = logging.getLogger("kafkatunnel.relay")
@@ -74,7 +82,8 @@ class Pump:
     on_source_end(cause): the source ended (cause None) or failed (OSError), or its bytes
     broke the protocol (ProtocolError). on_sink_error(error): writing the sink failed.
     Either way the Pump has stopped reading; the owner decides the rest. learn(brokers):
-    give brokers an answer names their tunnel addresses before the answer passes on."""
+    give brokers an answer names their tunnel addresses before the answer passes on.
+    on_refused(headers): requests the Direction refused (its answers come the usual way)."""
 
     def __init__(
         self,
@@ -89,6 +98,7 @@ class Pump:
         on_chunks: Callable[[list[Chunk]], None] | None = None,
         on_frames: Callable[[Sequence[FramePassed]], None] | None = None,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
+        on_refused: Callable[[Sequence[RequestHeader]], None] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
@@ -102,6 +112,7 @@ class Pump:
         self.on_chunks = on_chunks  # what was read and passed on (a transparent recording's)
         self.on_frames = on_frames  # frames that passed on whole (an observed Exchange's)
         self.learn = learn
+        self.on_refused = on_refused
         self._observed = on_chunks is not None or on_frames is not None
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
@@ -191,6 +202,8 @@ class Pump:
                 self._pass_on(fed)
             else:
                 self._out += fed.out
+            if fed.refused and self.on_refused is not None:
+                self.on_refused(fed.refused)
             while fed.unknown_brokers:
                 if self.learn is None:
                     raise RuntimeError("an answer names brokers, and nobody learns them")
@@ -205,7 +218,10 @@ class Pump:
     def _broken(self, error: ProtocolError) -> None:
         """The source's bytes broke the protocol: what passed before them (whole frames
         ahead of the bad one) is still written, then the owner hears of the error."""
-        self._pass_on(self.direction.taken_before_error())
+        before = self.direction.taken_before_error()
+        self._pass_on(before)
+        if before.refused and self.on_refused is not None:
+            self.on_refused(before.refused)
         self._source_ended(error)
         self._flush()
 

@@ -16,6 +16,7 @@ import os
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,11 @@ from kafkatunnel.protocol import (
     Exchange,
     Mapper,
     PassThrough,
+    Policy,
     ProtocolError,
+    RequestHeader,
     RewrittenAnswers,
+    api_title,
     readable_caps,
     rewrite_caps,
 )
@@ -62,6 +66,8 @@ PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
 # Each client connection holds two descriptors, up to a frame's worth of memory and, with
 # --via exec, a process: past this many at once, new ones are closed at accept.
 DEFAULT_MAX_CONNECTIONS = 1024
+# (client id, API) pairs whose refusal was logged; past this many, refusals are only counted.
+REFUSALS_SAID = 10_000
 
 MODES = ("rewrite", "transparent")
 MAX_PORTS = 65535
@@ -123,6 +129,7 @@ class TunnelConfig:
     client_tls: ClientTls | None = None  # serve clients TLS, with a CA of the tunnel's own
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
+    policy: Policy | None = None  # requests refused (--read-only, --deny-api, --allow-api)
 
     def __post_init__(self) -> None:
         """The one check of the tunnel's settings: each error names the flag at fault."""
@@ -133,6 +140,9 @@ class TunnelConfig:
         _check(not transparent or self.dns_listen is not None, "--dns",
                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own "
                "names")  # fmt: skip
+        _check(not (transparent and self.policy is not None), "--read-only",
+               "--read-only, --deny-api and --allow-api are for rewrite mode: transparent "
+               "mode passes requests unread")  # fmt: skip
         _check(not (transparent and self.audiences), "--for-containers",
                "containers are served in rewrite mode (transparent mode keeps the brokers' "
                "own names)")  # fmt: skip
@@ -271,6 +281,7 @@ class Tunnel:
         # pinned broker ports, bound at start: the listen address's, then each audience's
         self._claimed: dict[int, list[socket.socket]] = {}
         self.turned_away = 0  # connections closed at accept: too many open
+        self._refusals_said: set[tuple[str | None, int]] = set()  # (client id, API) logged
         self._full_log = RateLimitedLog(log, "%d client connection(s) closed at accept%s: %s")
 
     @property
@@ -622,9 +633,28 @@ class Tunnel:
             self.config.zero_copy,
             learn=self.registry.learn,
             client_tls=None if self.client_tls is None else self.client_tls.context,
+            on_refused=None if self.config.policy is None else self._refused,
         )
         self.connections.add(connection)
         return connection
+
+    def _refused(self, connection: ClientConnection, headers: Sequence[RequestHeader]) -> None:
+        """Say once per client (by its client id) and API that its requests are refused:
+        status and metrics count every one."""
+        policy = self.config.policy
+        assert policy is not None
+        for header in headers:
+            said = (header.client_id, header.api_key)
+            if said in self._refusals_said or len(self._refusals_said) >= REFUSALS_SAID:
+                continue
+            self._refusals_said.add(said)
+            try:
+                api = api_title(header.api_key)
+            except ProtocolError:
+                api = f"API {header.api_key}"
+            log.warning("refused %s from client %r (%s) at %s: %s; further refusals of it are "
+                        "counted in status", api, header.client_id, connection.peer,
+                        connection.endpoint.local, policy.reason)  # fmt: skip
 
     def _record(self, endpoint: Endpoint, client: Address, local: Address) -> Recording:
         assert self.recorder is not None
@@ -656,6 +686,7 @@ class Tunnel:
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,
             answers=self._answers.setdefault(told, RewrittenAnswers()),  # one per audience
+            policy=self.config.policy,
         )
 
     def _told(self, advertise: str) -> Mapper:
@@ -713,6 +744,14 @@ class Tunnel:
             "pid": os.getpid(),
             "started_at": self.started_at,
             "mode": self.config.mode,
+            # what the tunnel refuses (--read-only, --deny-api), None: nothing
+            "policy": None
+            if self.config.policy is None
+            else {
+                "read_only": self.config.policy.read_only,
+                "refused_apis": self.config.policy.names(),
+                "refused": sum(sum(t.refused.values()) for t in tallies.values()),
+            },
             "notes": self.notes,
             # clients' TLS (--client-tls): the CA they trust
             "client_tls": None if self.client_tls is None else {"ca": str(self.client_tls.ca)},
@@ -785,6 +824,10 @@ class Tunnel:
         for e in endpoints:
             for api, count in tallies[id(e)].by_api().items():
                 lines.append(f'kafkatunnel_api_requests_total{{{_labels(e)},api="{api}"}} {count}')
+        lines.append("# TYPE kafkatunnel_api_refused_total counter")
+        for e in endpoints:
+            for api, count in tallies[id(e)].refused_by_api().items():
+                lines.append(f'kafkatunnel_api_refused_total{{{_labels(e)},api="{api}"}} {count}')
         lines.append("# TYPE kafkatunnel_rewrites_total counter")
         lines.extend(
             f"kafkatunnel_rewrites_total{{{_labels(e)}}} {tallies[id(e)].rewrites}"

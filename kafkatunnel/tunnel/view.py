@@ -66,6 +66,20 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
         first = status["refused"][0] if status.get("refused") else None
         example = f": node {first['node_id']}, {first['reason']}" if first else ""
         notes.append(f"{status['refused_total']} broker(s) refused{example}")
+    policy = status.get("policy")
+    if policy:
+        notes.insert(0, _refusals(policy, status["endpoints"]))
     for note in notes:  # names from the cluster: never markup
         table.caption = escape(note)
     return table
+
+
+def _refusals(policy: dict[str, Any], endpoints: list[dict[str, Any]]) -> str:
+    """What the tunnel refuses, and how often it did, per API."""
+    kind = "read-only" if policy["read_only"] else "refusing " + ", ".join(policy["refused_apis"])
+    counts: dict[str, int] = {}
+    for e in endpoints:
+        for api, count in e.get("api_refused", {}).items():
+            counts[api] = counts.get(api, 0) + count
+    done = ", ".join(f"{api} {count}" for api, count in sorted(counts.items()))
+    return f"{kind}: {policy['refused']} request(s) refused" + (f" ({done})" if done else "")

@@ -3,7 +3,10 @@
 LOOKUP: a FindCoordinator answer (key, the node and address it names, error); or, for a
 partition, the leader a Metadata answer names.
 CALL: a coordinator-scoped request and its answer's error, per group or transactional id;
-or a Produce, Fetch or ListOffsets answer's error, per partition.
+or a Produce, Fetch or ListOffsets answer's error, per partition. A call answered with an
+authorization error is none: a broker's authorizer answers so before any coordinator is
+asked, and a tunnel that refuses it (`up --read-only`) answers in the broker's place, so it
+says nothing of where the request went.
 BROKERS / LEADERS: which node has which address; who leads the internal topics' partitions.
 MISDIRECTED: a connection meant for a node reached another broker, which said so (an
 ApiVersions answered REBOOTSTRAP_REQUIRED, KIP-1242).
@@ -46,6 +49,8 @@ LOOKUP, CALL, BROKERS, LEADERS, NAMED = "lookup", "call", "brokers", "leaders", 
 MISDIRECTED = "misdirected"
 GROUP, TRANSACTION, PARTITION = 0, 1, 2  # what an event's key is
 INTERNAL_TOPICS = {"__consumer_offsets": GROUP, "__transaction_state": TRANSACTION}
+# TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_ and DELEGATION_TOKEN_AUTHORIZATION_FAILED
+AUTHORIZATION_FAILED = frozenset({29, 30, 31, 53, 65})
 JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 11, 14, 68, 18
 SHARE_GROUP_HEARTBEAT, STREAMS_GROUP_HEARTBEAT = 76, 88
 # The heartbeats of the groups KIP-848 brought: the coordinator answers each with the
@@ -368,6 +373,8 @@ def events_of(call: Call) -> list[Event]:
                     raise
         detail = _membership(call, request, response)
         for key, key_type, error in _keys(call, request, response, fallback):
+            if error in AUTHORIZATION_FAILED:
+                continue  # refused before any coordinator was asked (see above)
             out.append(Event(CALL, call.request_ts, call.conn, call.api_key, key, key_type,
                              error, detail=detail))  # fmt: skip
     return out

@@ -1,0 +1,368 @@
+"""`kafkatunnel up --read-only` in front of Apache Kafka: Kafka's own tools and clients read
+and consume as ever, and everything that would change the cluster fails with the client's
+ordinary authorization error, while the cluster, looked at directly, did not change. One
+tunnel serves every test here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import socket
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.metadata.v12.request import MetadataRequestTopic
+from kio.serial import entity_reader
+
+from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.localcluster.apache import HEAP, ApacheKafka
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.probe import ProbeConnection, encode_request
+from kafkatunnel.protocol import (
+    FrameDecoder,
+    authorization_error,
+    response_body_offset,
+    response_correlation_id,
+)
+from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
+from tests.protocol.requests_built import built
+from tests.protocol.test_guarded_passage import CHANGING
+
+__all__ = ["js_client"]  # a fixture, used by name
+DENIED = "Authorization failed"
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+@pytest.fixture(scope="module")
+def guarded(apache_kafka: ApacheKafka) -> Iterator[tuple[str, ManagedProcess]]:
+    """`up --read-only` (as tests.apache.test_apache_kafka.tunnel starts `up`), and its
+    process, whose log the tests read."""
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--read-only",
+         "--bootstrap", apache_kafka.bootstrap(), "--exec", apache_kafka.exec_template(),
+         "--listen", f"127.0.0.1:{free_port_run(8)}"],
+        name="kafkatunnel-up-read-only",
+    )  # fmt: skip
+    try:
+        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1), up
+    finally:
+        up.stop()
+
+
+@pytest.fixture(scope="module")
+def through(guarded: tuple[str, ManagedProcess]) -> str:
+    return guarded[0]
+
+
+@pytest.fixture(scope="module")
+def topic(apache_kafka: ApacheKafka, java_classes: str) -> str:
+    """A topic with MESSAGES records, made and filled directly, not through the tunnel."""
+    name = f"guarded-{uuid.uuid4().hex[:6]}"
+    apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                      apache_kafka.bootstrap(), "--create", "--topic", name,
+                      "--partitions", "3", "--replication-factor", "3")  # fmt: skip
+    client = ["java", "-Xmx256m", "-cp", java_classes, "JavaClient", "produce"]
+    produce = apache_kafka.inside([*client, apache_kafka.bootstrap(), name, str(MESSAGES)])
+    result = subprocess.run(produce, capture_output=True, text=True, timeout=DEADLINE)
+    assert f"PRODUCED {MESSAGES}" in result.stdout, result.stderr[-2000:]
+    return name
+
+
+def _tool(kafka: ApacheKafka, main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """One of Kafka's tools on this machine, through the tunnel (the bootstrap in args)."""
+    argv = ["java", *HEAP, "-cp", f"{kafka.lib}/*", main_class, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE)
+
+
+def _offsets(kafka: ApacheKafka, topic: str) -> str:
+    """The topic's end offsets, asked directly."""
+    return kafka.tool("org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server",
+                      kafka.bootstrap(), "--topic", topic)  # fmt: skip
+
+
+def test_kafka_topics_describes_and_cannot_delete(
+    apache_kafka: ApacheKafka, through: str, topic: str
+) -> None:
+    topics = "org.apache.kafka.tools.TopicCommand"
+    described = _tool(apache_kafka, topics, "--bootstrap-server", through, "--describe",
+                      "--topic", topic)  # fmt: skip
+    assert described.returncode == 0 and f"Topic: {topic}" in described.stdout, described
+
+    deleted = _tool(apache_kafka, topics, "--bootstrap-server", through, "--delete",
+                    "--topic", topic)  # fmt: skip
+    assert deleted.returncode != 0
+    assert DENIED in deleted.stdout + deleted.stderr, deleted.stdout + deleted.stderr[-2000:]
+    still = apache_kafka.tool(topics, "--bootstrap-server", apache_kafka.bootstrap(), "--list")
+    assert topic in still.split()
+
+
+def test_a_metadata_request_creates_no_topic(apache_kafka: ApacheKafka, through: str) -> None:
+    """The broker creates topics a Metadata request names (auto.create.topics.enable, on by
+    default) when the request lets it: through read-only, it does not let it."""
+    missing = f"guarded-missing-{uuid.uuid4().hex[:6]}"
+    request_type: Any = load_request_schema(3, 12)
+    named: Any = MetadataRequestTopic(topic_id=None, name=missing)  # type: ignore[arg-type]
+    asked = request_type(topics=(named,),
+                         allow_auto_topic_creation=True,
+                         include_topic_authorized_operations=False)  # fmt: skip
+    with ProbeConnection(through.split(",")[0]) as probe:
+        answer = probe.request(asked)
+    assert [t.error_code for t in answer.topics] == [ErrorCode.unknown_topic_or_partition]
+    listed = apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                               apache_kafka.bootstrap(), "--list")  # fmt: skip
+    assert missing not in listed.split()
+
+
+def test_refusals_are_counted_in_status_and_metrics_and_logged_once(
+    apache_kafka: ApacheKafka, guarded: tuple[str, ManagedProcess], topic: str
+) -> None:
+    through, up = guarded
+    before = _refused(through)
+    for _ in range(2):  # the same client id (adminclient-1) both times
+        deleted = _tool(apache_kafka, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                        through, "--delete", "--topic", topic)  # fmt: skip
+        assert deleted.returncode != 0
+    counted = _refused(through)
+    assert counted["DeleteTopics"] - before["DeleteTopics"] == 2, counted
+    said = re.findall(r"refused DeleteTopics from client '([^']*)'", up.output())
+    assert said and len(said) == len(set(said)), said  # once per client id
+    status = _status(through)
+    assert status["policy"]["read_only"] is True
+    assert status["policy"]["refused"] == sum(counted.values())
+    control = status["control"].removeprefix("unix:")
+    metrics = subprocess.run(["curl", "-s", "--unix-socket", control,
+                              "http://kafkatunnel/metrics"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout  # fmt: skip
+    deletes = re.findall(r'^kafkatunnel_api_refused_total\{.*api="DeleteTopics"\} (\d+)$',
+                         metrics, re.M)  # fmt: skip
+    assert sum(int(n) for n in deletes) == counted["DeleteTopics"], metrics
+
+
+def _status(bootstrap: str) -> dict[str, Any]:
+    port = bootstrap.split(",")[0].rsplit(":", 1)[1]
+    status = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "status", "--json", "--port", port],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return dict(json.loads(status.stdout))
+
+
+def _refused(bootstrap: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for endpoint in _status(bootstrap)["endpoints"]:
+        counts.update(endpoint["api_refused"])
+    return counts
+
+
+def test_the_java_producer_fails_with_its_authorization_error_and_nothing_is_written(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
+) -> None:
+    before = _offsets(apache_kafka, topic)
+    argv = ["java", "-Xmx256m", "-cp", java_classes, "JavaClient", "produce", through, topic, "5"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE)
+    assert result.returncode != 0
+    assert "TopicAuthorizationException" in result.stderr, result.stderr[-2000:]
+    assert _offsets(apache_kafka, topic) == before
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumers_on_every_coordinator_consume_and_commit(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str, protocol: str
+) -> None:
+    """Their own commits pass (JavaClient commits synchronously before it says CONSUMED),
+    and are there when asked directly."""
+    _, consume = java(java_classes, protocol)
+    spread = apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-{protocol}")
+    assert sorted(spread) == [0, 1, 2]
+    for _node, (group,) in sorted(spread.items()):
+        assert consume(through, topic, group, MESSAGES) == MESSAGES
+        groups = apache_kafka.tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                                   "--bootstrap-server", apache_kafka.bootstrap(), "--describe",
+                                   "--group", group)  # fmt: skip
+        committed = [int(n) for n in re.findall(rf"{topic}\s+\d+\s+(\d+)", groups)]
+        assert sum(committed) == MESSAGES, groups
+
+
+def test_resetting_another_groups_offsets_is_refused(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
+) -> None:
+    group = f"{topic}-reset"
+    _, consume = java(java_classes, "classic")
+    assert consume(through, topic, group, MESSAGES) == MESSAGES  # its own commits pass
+    command = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    direct = ["--bootstrap-server", apache_kafka.bootstrap(), "--describe", "--group", group]
+    before = apache_kafka.tool(command, *direct)
+    reset = _tool(apache_kafka, command, "--bootstrap-server", through, "--reset-offsets",
+                  "--group", group, "--topic", topic, "--to-earliest", "--execute")  # fmt: skip
+    said = reset.stdout + reset.stderr
+    assert "GroupAuthorizationException" in said or DENIED in said, said[-2000:]
+    assert apache_kafka.tool(command, *direct) == before
+
+
+def test_transactions_are_refused(apache_kafka: ApacheKafka, through: str, topic: str) -> None:
+    before = _offsets(apache_kafka, topic)
+    result = _tool(apache_kafka, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                   "--num-records", "5", "--record-size", "10", "--throughput", "-1",
+                   "--transactional-id", f"{topic}-tx", "--transaction-duration-ms", "100",
+                   "--producer-props", f"bootstrap.servers={through}")  # fmt: skip
+    said = result.stdout + result.stderr
+    assert "TransactionalIdAuthorizationException" in said, said[-2000:]
+    assert _offsets(apache_kafka, topic) == before
+
+
+def test_librdkafka_sees_the_same(apache_kafka: ApacheKafka, through: str, topic: str) -> None:
+    before = _offsets(apache_kafka, topic)
+    errors: list[confluent_kafka.KafkaError | None] = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": through, "acks": "all"})
+    for i in range(3):
+        producer.produce(topic, f"rdkafka-{i}".encode(),
+                         on_delivery=lambda error, _: errors.append(error))  # fmt: skip
+    assert producer.flush(60) == 0
+    refused = confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert [None if e is None else e.code() for e in errors] == [refused] * 3
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": through})
+    deleting = admin.delete_topics([topic], operation_timeout=30)[topic]
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        deleting.result(60)
+    assert raised.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert _offsets(apache_kafka, topic) == before
+
+
+@pytest.mark.parametrize("library", ["kafkajs", "platformatic"])
+def test_the_javascript_clients_see_the_same(
+    apache_kafka: ApacheKafka, through: str, topic: str, js_client: str, library: str
+) -> None:
+    before = _offsets(apache_kafka, topic)
+    _, consume = javascript(js_client, library)
+    argv = ["node", js_client, library, "produce", through, topic, "3"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and re.search("not authorized|authorization", said, re.I), said
+    assert _offsets(apache_kafka, topic) == before
+    assert consume(through, topic, f"{topic}-{library}", MESSAGES) == MESSAGES
+
+
+NAMES_A_TOPIC = ("name", "topic", "topic_name", "resource_name")
+
+
+def _aimed(request: Any, topic: str, group: str) -> Any:
+    """The request with every topic, group and transactional id it names made real ones, so
+    that were it let through, it would change them."""
+
+    def aim(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(aim(v) for v in value)
+        if not dataclasses.is_dataclass(value) or isinstance(value, type):
+            return value
+        changes: dict[str, Any] = {}
+        for field in dataclasses.fields(value):
+            inner = getattr(value, field.name)
+            if field.name in NAMES_A_TOPIC and isinstance(inner, str):
+                changes[field.name] = topic
+            elif field.name in ("group_id",) and isinstance(inner, str):
+                changes[field.name] = group
+            elif field.name in ("topic_names",):
+                changes[field.name] = (topic,)
+            elif field.name in ("groups_names",):
+                changes[field.name] = (group,)
+            elif field.name == "partitions" and all(isinstance(p, int) for p in inner or ()):
+                changes[field.name] = (0,)
+            elif field.name in ("partition_index", "index", "partition"):
+                changes[field.name] = 0
+            else:
+                changes[field.name] = aim(inner)
+        return dataclasses.replace(value, **changes)
+
+    return aim(request)
+
+
+def test_no_request_that_changes_the_cluster_passes_at_any_version_it_offers(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
+) -> None:
+    """Every API that changes the cluster (the issue's list, not the tunnel's), at every
+    version the cluster offers (and kio knows), aimed at a real topic and group, answered
+    by the tunnel with the API's authorization error; the cluster's topics, the topic's
+    offsets and configs and the group's offsets unchanged."""
+    group = f"{topic}-aimed"
+    _, consume = java(java_classes, "classic")
+    assert consume(through, topic, group, MESSAGES) == MESSAGES
+    state = _state(apache_kafka, topic, group)
+    host, port = through.split(",")[0].rsplit(":", 1)
+    with ProbeConnection(through.split(",")[0]) as probe:
+        offered = probe.api_versions()
+    sent: list[tuple[int, int]] = []
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        decoder = FrameDecoder()
+        correlation = 0
+        for key in sorted(CHANGING & offered.keys()):
+            low, high = offered[key]
+            known = schema_name_map[api_key_map[key]]
+            for version in (v for v in range(low, high + 1) if v in known):
+                correlation += 1
+                request = _aimed(built(key, version), topic, group)
+                if key == 0:
+                    request = dataclasses.replace(request, acks=-1)
+                sock.sendall(encode_request(request, correlation))
+                frames: list[bytes] = []
+                while not frames:
+                    chunk = sock.recv(65536)
+                    assert chunk, f"the connection closed after API {key} v{version}"
+                    frames = decoder.feed(chunk)
+                answer = frames[0]
+                assert response_correlation_id(answer) == correlation
+                body = answer[response_body_offset(answer, key, version) :]
+                value, _ = entity_reader(load_response_schema(key, version))(body, 0)
+                codes = _error_codes(value)
+                assert codes, (key, version)
+                expected = {authorization_error(key)} | _config_errors(key)
+                assert set(codes) <= expected, (key, version, codes)
+                sent.append((key, version))
+    assert {k for k, _ in sent} >= {0, 19, 20, 21, 37, 33, 44, 42, 47, 24, 26}, sent
+    assert _state(apache_kafka, topic, group) == state
+
+
+def _state(kafka: ApacheKafka, topic: str, group: str) -> tuple[str, ...]:
+    """What a request let through would change, asked directly: the topic's offsets, the
+    group's, every topic and its partitions, the topic's configs."""
+    direct = ["--bootstrap-server", kafka.bootstrap(), "--describe"]
+    configs = ["--entity-type", "topics", "--entity-name", topic]
+    return (
+        _offsets(kafka, topic),
+        kafka.tool(GROUPS, *direct, "--group", group),
+        kafka.tool("org.apache.kafka.tools.TopicCommand", *direct),
+        kafka.tool("org.apache.kafka.tools.ConfigCommand", *direct, *configs),
+    )
+
+
+def _config_errors(key: int) -> set[ErrorCode]:
+    if key in (33, 44):  # configs: by resource type
+        return {ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed}
+    return set()
+
+
+def _error_codes(value: Any) -> list[ErrorCode]:
+    found = []
+    for field in dataclasses.fields(value):
+        inner = getattr(value, field.name)
+        if "tag" in field.metadata:
+            continue
+        if field.metadata.get("kafka_type") == "error_code":
+            found.append(inner)
+        elif isinstance(inner, tuple):
+            for item in inner:
+                if dataclasses.is_dataclass(item):
+                    found.extend(_error_codes(item))
+        elif dataclasses.is_dataclass(inner):
+            found.extend(_error_codes(inner))
+    return found
