@@ -14,6 +14,8 @@ holds callers to these names).
 - Brokers: `BrokerAddress`, `Mapper` (what the tunnel's registry provides) and the
   rewriting of the answers that name them.
 - Coordinators: which broker a group or transaction lands on.
+- Logging in: `Login` (the tunnel's own SASL login to a broker) with a `Mechanism`
+  (`Plain`, `Scram`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
 """
@@ -79,6 +81,14 @@ from kafkatunnel.protocol.rewrite import (
     rewrite_caps,
     rewrite_response,
     splice,
+)
+from kafkatunnel.protocol.sasl_login import LoggedIn, Login, LoginFailed
+from kafkatunnel.protocol.sasl_mechanisms import (
+    SCRAM_HASHES,
+    Mechanism,
+    MechanismError,
+    Plain,
+    Scram,
 )
 from kafkatunnel.protocol.schema import (
     FieldPlan,
@@ -151,6 +161,15 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "java_string_hash",
     "kafka_abs",
     "partition_for",
+    # logging in
+    "SCRAM_HASHES",
+    "LoggedIn",
+    "Login",
+    "LoginFailed",
+    "Mechanism",
+    "MechanismError",
+    "Plain",
+    "Scram",
     # reading messages by their schema
     "RESPONSE_WALK_START",
     "TAIL",

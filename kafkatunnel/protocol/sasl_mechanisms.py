@@ -86,7 +86,10 @@ class Scram(Mechanism):
         username: str,
         password: bytes,
         nonce: Callable[[], bytes] | None = None,
+        salted: dict[tuple[bytes, int], bytes] | None = None,
     ) -> None:
+        """`salted`: where derived keys are kept, shared by the conversations of one user
+        (each connection has its own Scram; the derivation is the same for all)."""
         if name not in SCRAM_HASHES:
             raise ValueError(f"{name} is not one of {', '.join(SCRAM_HASHES)}")
         self.name = name
@@ -94,7 +97,7 @@ class Scram(Mechanism):
         self._password = password
         self._hash = SCRAM_HASHES[name]
         self._nonce = nonce or _random_nonce
-        self._salted: dict[tuple[bytes, int], bytes] = {}  # (salt, iterations) -> key
+        self._salted = {} if salted is None else salted  # (salt, iterations) -> key
         self._client_first_bare = b""
         self._server_signature: bytes | None = None
         self._state = "new"
@@ -169,7 +172,8 @@ class Scram(Mechanism):
         key = (salt, iterations)
         if key not in self._salted:
             derived = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
-            self._salted = {key: derived}  # one user, one salt: the newest is kept
+            self._salted.clear()  # one user, one salt: the newest is kept
+            self._salted[key] = derived
         return self._salted[key]
 
     def _hmac(self, key: bytes, message: bytes) -> bytes:

@@ -52,6 +52,7 @@ from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
+from kafkatunnel.tunnel.login import Credentials, LoginForwarder
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
@@ -121,6 +122,7 @@ class TunnelConfig:
     tls: ssl.SSLContext | None = None  # speak TLS to the brokers (rewrite mode) with this
     tls_certificate: str | None = None  # the client certificate `tls` presents, as named
     client_tls: ClientTls | None = None  # serve clients TLS, with a CA of the tunnel's own
+    login: Credentials | None = None  # log in to the brokers for the clients (SASL)
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
 
@@ -130,6 +132,9 @@ class TunnelConfig:
         transparent = self.mode == "transparent"
         _check(not (transparent and self.tls is not None), "--tls", _FOR_REWRITE)
         _check(not (transparent and self.client_tls is not None), "--client-tls", _FOR_REWRITE)
+        _check(not (transparent and self.login is not None), "--sasl-mechanism",
+               "the tunnel logs in for its clients in rewrite mode: transparent mode passes "
+               "the clients' own login through")  # fmt: skip
         _check(not transparent or self.dns_listen is not None, "--dns",
                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own "
                "names")  # fmt: skip
@@ -233,6 +238,9 @@ class Tunnel:
         self.companions = companions
         if config.tls is not None:
             forwarder = TlsForwarder(forwarder, config.tls, config.tls_certificate)
+        self.login: LoginForwarder | None = None
+        if config.login is not None:  # after TLS: the login goes inside it
+            forwarder = self.login = LoginForwarder(forwarder, config.login)
         self.forwarder = forwarder
         self.client_tls = config.client_tls
         host, port = split_address(config.bootstrap)
@@ -707,6 +715,7 @@ class Tunnel:
             host, port = endpoint.advertised_host, endpoint.advertised_port
             endpoint.route = self.forwarder.describe(host, port)
             endpoint.tls = self.forwarder.session(host, port)
+            endpoint.login = None if self.login is None else self.login.login(host, port)
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,
