@@ -248,8 +248,8 @@ def _check_sasl(sasl: SaslFlags, tls: TlsFlags, mode: str) -> None:
     if not given:
         if tls.kafka_user and mode == "transparent" and not tls.show_password:
             raise typer.BadParameter(
-                "the tunnel logs in for its clients in rewrite mode; in transparent mode "
-                "clients log in themselves: add --show-password for their settings",
+                "in transparent mode the tunnel neither logs in nor presents a certificate: "
+                "clients do it themselves (--show-password prints a SCRAM user's settings)",
                 param_hint="--kafka-user",
             )
         return

@@ -56,9 +56,16 @@ class LoginRefused(ForwarderError):
     the same credentials will not help."""
 
     def __init__(self, failure: LoginFailed, broker: str, source: str = "") -> None:
-        fix = f"; check the credentials ({source})" if source and failure.error_code else ""
+        fix = FIXES.get(failure.error_code or 0, "").format(source=source or "as given")
         super().__init__(f"broker {broker}: {failure.describe()}{fix}", permanent=True)
         self.failure = failure
+
+
+# What the user can do about Kafka's answer, by its error code.
+FIXES = {
+    58: "; check the password ({source}) and that the user exists for this mechanism",
+    33: "; give --sasl-mechanism one the listener enables",
+}
 
 
 @dataclass
