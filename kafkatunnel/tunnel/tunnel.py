@@ -630,9 +630,16 @@ class Tunnel:
             self.config.zero_copy,
             learn=self.registry.learn,
             client_tls=None if self.client_tls is None else self.client_tls.context,
+            login=self._login_named,
         )
         self.connections.add(connection)
         return connection
+
+    @property
+    def _login_named(self) -> str | None:
+        """Who the tunnel logs in as, for messages: `alice (SCRAM-SHA-512)`."""
+        login = self.config.login
+        return None if login is None else f"{login.username} ({login.mechanism})"
 
     def _record(self, endpoint: Endpoint, client: Address, local: Address) -> Recording:
         assert self.recorder is not None

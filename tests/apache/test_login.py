@@ -33,7 +33,7 @@ from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.protocol import LoggedIn, Login, Scram
 from kafkatunnel.waiting import wait_for
-from tests.apache.test_apache_kafka import recorded_messages, tls_flags
+from tests.apache.test_apache_kafka import recorded_messages, refused_login, tls_flags
 from tests.apache.test_clients import every_coordinator, java
 
 MESSAGES = 30
@@ -257,6 +257,29 @@ def test_a_password_changed_mid_run_fails_new_connections_with_kafkas_message(
     errors = [e["login"]["error"] for e in read["endpoints"] if e["login"]["error"]]
     assert errors and all(failed in error for error in errors), errors
     assert failed in " ".join(shown.split()), shown
+
+
+def test_a_client_that_logs_in_itself_is_refused_and_told_the_tunnel_does(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A client with its own SASL settings, through a tunnel that logs in: Kafka refuses its
+    SaslHandshake on the logged-in connection (ILLEGAL_SASL_STATE), and status and up's
+    log say that the tunnel logs in, as whom, and what the client must drop."""
+    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
+    own = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+           "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
+    told = (f"sent a SASL login of its own, which the broker refuses: the tunnel logs in as "
+            f"{SCRAM_USER} (SCRAM-SHA-256); the client must not (drop its security.protocol "
+            "and sasl.* settings)")  # fmt: skip
+    with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
+        said = refused_login(bootstrap, own)
+
+        def said_in_status() -> bool:
+            return any(told in str(e["last_error"]) for e in status(bootstrap)[0]["endpoints"])
+
+        wait_for(said_in_status, timeout=30, what="status to say the tunnel logs in")
+    assert "Request not valid in current SASL state" in said, said  # Kafka's ILLEGAL_SASL_STATE
+    assert told in " ".join(process.output().split())
 
 
 def deliver(producer: confluent_kafka.Producer, topic: str, count: int) -> int:
