@@ -89,6 +89,25 @@ def test_up_takes_its_settings_from_the_profile(tmp_path: Path) -> None:
     assert "nonsense" in out.stderr and "--map" in out.stderr  # the profile's map was used
 
 
+def test_the_login_settings_come_from_a_profile(tmp_path: Path) -> None:
+    """sasl-mechanism, sasl-username and sasl-password-file as profile keys: up reads them
+    (its error names the profile's file), and `config show` lists them, not a password."""
+    (tmp_path / "kafkatunnel.toml").write_text(
+        '[profiles.p]\nbootstrap = "kafka-0.kafka:9092"\nexec = "nc {host} {port}"\n'
+        'sasl-mechanism = "SCRAM-SHA-512"\nsasl-username = "alice"\n'
+        'sasl-password-file = "no-such-file"\n'
+    )
+    out = _run(tmp_path, "--profile", "p", "up", "--no-table")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    said = " ".join(out.stderr.split())
+    assert "--sasl-password-file: cannot read no-such-file" in said, said
+    rows = _settings(tmp_path, "--profile", "p", "config", "show", "--json")
+    assert {k: rows[k]["value"] for k in ("sasl-mechanism", "sasl-username",
+                                          "sasl-password-file", "sasl-password-env")} == {
+        "sasl-mechanism": "SCRAM-SHA-512", "sasl-username": "alice",
+        "sasl-password-file": "no-such-file", "sasl-password-env": None}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("toml", "args", "env", "message"),
     [

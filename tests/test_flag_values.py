@@ -22,6 +22,9 @@ DIRECT = ["up", "--via", "direct", "--bootstrap", "kafka-0.kafka:9092", "--start
 KUBECTL = ["up", "--via", "kubectl", "--bootstrap", "kafka-0.kafka:9092", "--listen",
            "127.0.0.1:{free}", "--no-table"]  # fmt: skip
 
+SASL = ["--sasl-mechanism", "scram-sha-512", "--sasl-username", "alice",
+        "--sasl-password-file", "/etc/hostname"]  # fmt: skip
+
 FULLWIDTH_9092 = "\uff19\uff10\uff19\uff12"  # int() reads it as 9092
 
 # (case, command line, the flag the error line names, what else it says).
@@ -106,6 +109,33 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("advertise empty", [*UP, "--advertise", ""], "--advertise", "empty: give HOST"),
     ("kafka-user empty", [*KUBECTL, "--kafka-user", ""], "--kafka-user", "empty: give NAME"),
     ("via empty", [*UP, "--via", ""], "--via", "empty"),
+    ("sasl-mechanism unknown", [*UP, *SASL, "--sasl-mechanism", "SCRAM-SHA-1"],
+     "--sasl-mechanism", "'SCRAM-SHA-1' is not one of SCRAM-SHA-256, SCRAM-SHA-512, PLAIN"),
+    ("sasl-username without a mechanism", [*UP, "--sasl-username", "alice"],
+     "--sasl-username", "goes with --sasl-mechanism"),
+    ("sasl-mechanism without a user", [*UP, "--sasl-mechanism", "PLAIN",
+                                       "--sasl-password-env", "HOME"],
+     "--sasl-mechanism", "needs --sasl-username NAME"),
+    ("sasl-mechanism without a password", [*UP, "--sasl-mechanism", "PLAIN",
+                                           "--sasl-username", "alice"],
+     "--sasl-mechanism", "--sasl-password-file FILE or --sasl-password-env VARIABLE"),
+    ("sasl password from two places", [*UP, *SASL, "--sasl-password-env", "HOME"],
+     "--sasl-mechanism", "needs the password from one place"),
+    ("sasl-password-file missing", [*UP, "--sasl-mechanism", "PLAIN", "--sasl-username", "a",
+                                    "--sasl-password-file", "{tmp}/none"],
+     "--sasl-password-file", "/none: No such file or directory"),
+    ("sasl-password-file empty", [*UP, "--sasl-mechanism", "PLAIN", "--sasl-username", "a",
+                                  "--sasl-password-file", "/dev/null"],
+     "--sasl-password-file", "the password is empty"),
+    ("sasl-password-env unset", [*UP, "--sasl-mechanism", "PLAIN", "--sasl-username", "a",
+                                 "--sasl-password-env", "KT_NO_SUCH_VARIABLE"],
+     "--sasl-password-env", "the environment variable KT_NO_SUCH_VARIABLE is not set"),
+    ("sasl with kafka-user", [*KUBECTL, *SASL, "--kafka-user", "alice"], "--sasl-mechanism",
+     "--kafka-user and --sasl-mechanism both say who logs in: give one"),
+    ("sasl in transparent mode", [*UP, "--mode", "transparent", "--dns", *SASL],
+     "--sasl-mechanism", "in transparent mode clients log in themselves"),
+    ("sasl-username empty", [*UP, "--sasl-mechanism", "PLAIN", "--sasl-username", ""],
+     "--sasl-username", "empty: give NAME"),
     ("tls-ca empty", [*UP, "--tls", "--tls-ca", ""], "--tls-ca", "empty: give FILE"),
     ("doctor bootstrap superscript", ["doctor", "--bootstrap", "127.0.0.1:²"], "--bootstrap",
      "port '²' is not a number"),

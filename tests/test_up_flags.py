@@ -19,6 +19,7 @@ from kafkatunnel.cli.up_options import (
     Reach,
     RecordFlags,
     Running,
+    SaslFlags,
     Serving,
     TlsFlags,
     UpOptions,
@@ -51,6 +52,39 @@ DNS = ("127.0.0.1", 53)
             "--tls-pkcs12",
         ),
         (UpOptions(REACH, tls=TlsFlags(kafka_user="alice")), "--kafka-user"),
+        (UpOptions(REACH, sasl=SaslFlags("GSSAPI", "a", password_env="P")), "--sasl-mechanism"),
+        (UpOptions(REACH, sasl=SaslFlags(username="alice")), "--sasl-username"),
+        (UpOptions(REACH, sasl=SaslFlags(password_env="P")), "--sasl-password-env"),
+        (UpOptions(REACH, sasl=SaslFlags("PLAIN", password_env="P")), "--sasl-mechanism"),
+        (UpOptions(REACH, sasl=SaslFlags("PLAIN", "alice")), "--sasl-mechanism"),
+        (
+            UpOptions(REACH, sasl=SaslFlags("PLAIN", "a", Path("p"), "P")),
+            "--sasl-mechanism",
+        ),
+        (
+            UpOptions(
+                Reach(via="kubectl"),
+                tls=TlsFlags(kafka_user="alice"),
+                sasl=SaslFlags("PLAIN", "a", password_env="P"),
+            ),
+            "--sasl-mechanism",
+        ),
+        (
+            UpOptions(
+                REACH,
+                sasl=SaslFlags("PLAIN", "a", password_env="P"),
+                running=Running(mode="transparent"),
+            ),
+            "--sasl-mechanism",
+        ),
+        (
+            UpOptions(
+                Reach(via="kubectl"),
+                tls=TlsFlags(kafka_user="alice"),
+                running=Running(mode="transparent"),
+            ),
+            "--kafka-user",
+        ),
         (UpOptions(REACH, record=RecordFlags(rotate="big")), "--record-rotate"),
         (UpOptions(REACH, record=RecordFlags(payloads=True)), "--record-payloads"),
         (UpOptions(REACH, running=Running(loop="trio")), "--loop"),

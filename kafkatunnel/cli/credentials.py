@@ -1,23 +1,29 @@
 """TLS trust and client credentials read from the cluster with kubectl, for `up --via kubectl
 --tls` and `--kafka-user NAME`: the cluster CA when no --tls-ca is given (Strimzi's,
 Confluent for Kubernetes' or Bitnami's secret, see kube/cluster_ca.py), and a Strimzi
-KafkaUser's certificate or SCRAM settings."""
+KafkaUser's certificate or SCRAM password; and the SASL login the flags name
+(--sasl-mechanism, its password read from a file or a variable, as the user)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from kafkatunnel.cli.output import error
+from kafkatunnel.cli.up_options import SaslFlags
 from kafkatunnel.kube import cluster_ca, strimzi
 from kafkatunnel.kube.cluster_ca import CaSource
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import KubectlError
+from kafkatunnel.tunnel.login import Credentials
 from kafkatunnel.tunnel.tls import TlsOptions
+
+Found = tuple[TlsOptions | None, Credentials | None]
 
 
 def from_cluster(
@@ -26,9 +32,10 @@ def from_cluster(
     tls: TlsOptions | None,
     kafka_user: str | None,
     show_password: bool,
-) -> TlsOptions | None:
+) -> Found:
     """`tls` completed from the cluster's secrets (exit 2 with the cause and the fix when
-    they cannot be read); the client settings a SCRAM user needs are printed."""
+    they cannot be read), and the login of a SCRAM user (with --show-password: none, the
+    settings its clients need printed instead)."""
     wants_ca = tls is not None and tls.ca is None and not tls.insecure
 
     async def read() -> tuple[tuple[bytes, CaSource] | None, strimzi.UserCredentials | None]:
@@ -52,13 +59,13 @@ def from_cluster(
         said = f"TLS: no cluster CA found in the broker pods' secrets ({looked}): trusting "
         console.print(escape(said + "the system's CAs; --tls-ca FILE names one"), highlight=False)
     if user is not None:
-        tls = _with_user(console, tls, user, show_password)
-    return tls
+        return _with_user(console, tls, user, show_password)
+    return tls, None
 
 
 def _with_user(
     console: Console, tls: TlsOptions | None, user: strimzi.UserCredentials, show: bool
-) -> TlsOptions | None:
+) -> Found:
     if user.cert_pem is not None:
         if tls is None:
             raise typer.BadParameter(
@@ -77,15 +84,18 @@ def _with_user(
             highlight=False,
         )
         return dataclasses.replace(tls, cert_pem=user.cert_pem, key_pem=user.key_pem,
-                                   cert_pem_from=f"--kafka-user {user.name}")  # fmt: skip
-    assert user.password is not None
+                                   cert_pem_from=f"--kafka-user {user.name}"), None  # fmt: skip
+    assert user.password is not None and user.mechanism is not None
+    if not show:
+        console.print(
+            f"SASL: the tunnel logs in as KafkaUser {escape(user.name)} with {user.mechanism} "
+            f"(secret {escape(user.secret)}); clients need no credentials of their own",
+            highlight=False,
+        )
+        source = f"--kafka-user {user.name}: the password in secret {user.secret}"
+        return tls, Credentials(user.mechanism, user.name, user.password, source)
     where = f" -n {user.namespace}" if user.namespace else ""
-    password = (
-        user.password.decode(errors="replace")
-        if show
-        else f"<hidden: --show-password prints it, or kubectl get secret {user.secret}{where} "
-        "-o jsonpath='{.data.password}' | base64 -d>"
-    )
+    password = user.password.decode(errors="replace")
     settings = [
         "security.protocol=SASL_PLAINTEXT",
         f"sasl.mechanism={user.mechanism}",
@@ -97,4 +107,32 @@ def _with_user(
     )
     for line in settings:
         console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
-    return tls
+    console.print(f"(the password is also in secret {escape(user.secret)}{escape(where)}; "
+                  "without --show-password the tunnel logs in for the clients)",
+                  highlight=False)  # fmt: skip
+    return tls, None
+
+
+def sasl_login(flags: SaslFlags) -> Credentials | None:
+    """The login --sasl-mechanism names, its password read (as the user) from the file or
+    the variable; None without --sasl-mechanism. Each error names its flag."""
+    if flags.mechanism is None or flags.username is None:
+        return None
+    if flags.password_file is not None:
+        flag, source = "--sasl-password-file", f"--sasl-password-file {flags.password_file}"
+        try:
+            password = flags.password_file.read_bytes().rstrip(b"\r\n")
+        except OSError as cause:
+            reason = f"cannot read {flags.password_file}: {cause.strerror or cause}"
+            raise typer.BadParameter(reason, param_hint=flag) from None
+    else:
+        assert flags.password_env is not None
+        flag, source = "--sasl-password-env", f"--sasl-password-env {flags.password_env}"
+        value = os.environ.get(flags.password_env)
+        if value is None:
+            raise typer.BadParameter(f"the environment variable {flags.password_env} is not "
+                                     "set", param_hint=flag)  # fmt: skip
+        password = value.encode()
+    if not password:
+        raise typer.BadParameter("the password is empty", param_hint=flag)
+    return Credentials(flags.mechanism.upper(), flags.username, password, source)

@@ -22,11 +22,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 
 from kafkatunnel.cli.background import detach as run_detached
 from kafkatunnel.cli.background import running_or_exit
 from kafkatunnel.cli.companions import companion_lines, companions_of
-from kafkatunnel.cli.credentials import from_cluster
+from kafkatunnel.cli.credentials import from_cluster, sasl_login
 from kafkatunnel.cli.options import (
     context_option,
     json_option,
@@ -43,6 +44,7 @@ from kafkatunnel.cli.up_options import (
     GUARD,
     KUBE,
     LIMITS,
+    LOGIN,
     REACH,
     RECORDING,
     RUNNING,
@@ -56,6 +58,7 @@ from kafkatunnel.cli.up_options import (
     Reach,
     RecordFlags,
     Running,
+    SaslFlags,
     Serving,
     TlsFlags,
     UpOptions,
@@ -304,14 +307,37 @@ def up(
         None,
         metavar="NAME",
         help="With --via kubectl: a Strimzi KafkaUser whose secret holds the credentials "
-        "(tls: the tunnel presents its certificate; scram-sha-512: prints client settings).",
+        "(tls: the tunnel presents its certificate; scram-sha-512: the tunnel logs in).",
         rich_help_panel=TLS,
     ),
     show_password: bool = typer.Option(
         False,
         "--show-password",
-        help="Print a --kafka-user's SCRAM password with its settings.",
+        help="For a SCRAM --kafka-user: print its client settings with the password, and "
+        "let clients log in themselves.",
         rich_help_panel=TLS,
+    ),
+    sasl_mechanism: str | None = typer.Option(
+        None,
+        metavar="MECHANISM",
+        help="Log in to the brokers for the clients: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN "
+        "(clients then need no credentials).",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_username: str | None = typer.Option(
+        None, metavar="NAME", help="The user --sasl-mechanism logs in as.", rich_help_panel=LOGIN
+    ),
+    sasl_password_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="File holding --sasl-username's password.",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_password_env: str | None = typer.Option(
+        None,
+        metavar="VARIABLE",
+        help="Environment variable holding --sasl-username's password.",
+        rich_help_panel=LOGIN,
     ),
     service: list[str] = typer.Option(
         [],
@@ -400,6 +426,7 @@ def up(
                        (namespace,) if namespace else ()),
         tls=TlsFlags(tls, tls_ca, tls_cert, tls_key, tls_pkcs12, tls_password_file,
                      tls_insecure, client_tls, kafka_user, show_password),
+        sasl=SaslFlags(sasl_mechanism, sasl_username, sasl_password_file, sasl_password_env),
         record=RecordFlags(None if record is None else Path(record), record_rotate,
                            record_payloads),
         limits=Limits(connect_timeout, start_timeout, max_connections, max_brokers),
@@ -432,8 +459,15 @@ def run_up(console: Console, options: UpOptions) -> None:
     privileges = shed_root(options.dns, given)  # under sudo: from here on, the user
     forwarder = build_forwarder(checked, options)
     tls = read_tls(tls_flags)
+    login = sasl_login(options.sasl)
     if isinstance(forwarder, KubectlForwarder) and (tls or tls_flags.kafka_user):
-        tls = from_cluster(console, forwarder, tls, tls_flags.kafka_user, tls_flags.show_password)
+        tls, user_login = from_cluster(console, forwarder, tls, tls_flags.kafka_user,
+                                       tls_flags.show_password)  # fmt: skip
+        login = login or user_login
+    if login is not None and options.sasl.mechanism is not None:
+        console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
+                      f"{login.mechanism}; clients need no credentials of their own",
+                      highlight=False)  # fmt: skip
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
@@ -478,6 +512,7 @@ def run_up(console: Console, options: UpOptions) -> None:
             dns_sockets=privileges.dns_sockets,
             tls=context,
             tls_certificate=None if tls is None else tls.certificate_named,
+            login=login,
             advertise=advertise,
             audiences=audiences,
             policy=checked.policy,
@@ -492,7 +527,9 @@ def run_up(console: Console, options: UpOptions) -> None:
         run(_serve(console, Tunnel(config, forwarder, companions), options.running.table, dns,
                    privileges.resolver))  # fmt: skip
     except Unreachable as cause:
-        if cause.refused:  # the cause names the missing right and who can grant it
+        if cause.login:  # the cause names the broker, the mechanism, the user and the fix
+            error(f"the tunnel cannot log in: {cause}")
+        elif cause.refused:  # the cause names the missing right and who can grant it
             error(f"cannot reach the bootstrap broker {bootstrap}: {cause}")
         else:
             error(

@@ -42,6 +42,8 @@ REACH, KUBE, SERVING, DNS, TLS = (
 )
 RECORDING, LIMITS, RUNNING = "Recording", "Limits", "Running"
 GUARD = "Guarding a shared cluster"
+LOGIN = "Logging in (SASL)"
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,23 @@ class TlsFlags:
 
 
 @dataclass(frozen=True)
+class SaslFlags:
+    """The tunnel logs in to the brokers as this user (the password never a flag's value:
+    it would show in `ps`)."""
+
+    mechanism: str | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+
+    def given(self) -> list[str]:
+        return [flag for flag, value in (
+            ("--sasl-mechanism", self.mechanism), ("--sasl-username", self.username),
+            ("--sasl-password-file", self.password_file),
+            ("--sasl-password-env", self.password_env)) if value is not None]  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RecordFlags:
     directory: Path | None = None
     rotate: str = "64MiB"
@@ -152,6 +171,7 @@ class UpOptions:
     serving: Serving = field(default_factory=Serving)
     dns: DnsOptions = field(default_factory=DnsOptions)
     tls: TlsFlags = field(default_factory=TlsFlags)
+    sasl: SaslFlags = field(default_factory=SaslFlags)
     record: RecordFlags = field(default_factory=RecordFlags)
     limits: Limits = field(default_factory=Limits)
     running: Running = field(default_factory=Running)
@@ -208,6 +228,7 @@ def check(options: UpOptions) -> Checked:
     if options.running.loop not in LOOPS:
         raise typer.BadParameter(f"{options.running.loop!r} is not one of {', '.join(LOOPS)}",
                                  param_hint="--loop")  # fmt: skip
+    _check_sasl(options.sasl, tls, options.running.mode)
     if options.record.payloads and options.record.directory is None:
         raise typer.BadParameter("goes with --record DIR", param_hint="--record-payloads")
     listen = parse_listen(serving.listen)
@@ -242,6 +263,44 @@ def check_guard(guard: Guard) -> Policy | None:
         return Policy.of(guard.read_only, guard.deny_api, guard.allow_api)
     except PolicyError as cause:
         raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
+
+
+def _check_sasl(sasl: SaslFlags, tls: TlsFlags, mode: str) -> None:
+    """--sasl-mechanism with its user and one source of the password, or none of them."""
+    given = sasl.given()
+    if not given:
+        if tls.kafka_user and mode == "transparent" and not tls.show_password:
+            raise typer.BadParameter(
+                "in transparent mode the tunnel neither logs in nor presents a certificate: "
+                "clients do it themselves (--show-password prints a SCRAM user's settings)",
+                param_hint="--kafka-user",
+            )
+        return
+    if sasl.mechanism is None:
+        raise typer.BadParameter("goes with --sasl-mechanism", param_hint=given[0])
+    if sasl.mechanism.upper() not in SASL_MECHANISMS:
+        known = ", ".join(SASL_MECHANISMS)
+        raise typer.BadParameter(f"{sasl.mechanism!r} is not one of {known}",
+                                 param_hint="--sasl-mechanism")  # fmt: skip
+    if tls.kafka_user:
+        raise typer.BadParameter(
+            "--kafka-user and --sasl-mechanism both say who logs in: give one",
+            param_hint="--sasl-mechanism",
+        )
+    if not sasl.username:
+        raise typer.BadParameter("needs --sasl-username NAME", param_hint="--sasl-mechanism")
+    if (sasl.password_file is None) == (sasl.password_env is None):
+        raise typer.BadParameter(
+            "needs the password from one place: --sasl-password-file FILE or "
+            "--sasl-password-env VARIABLE (never on the command line, where `ps` shows it)",
+            param_hint="--sasl-mechanism",
+        )
+    if mode == "transparent":
+        raise typer.BadParameter(
+            "the tunnel logs in for its clients in rewrite mode; in transparent mode "
+            "clients log in themselves",
+            param_hint="--sasl-mechanism",
+        )
 
 
 def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:

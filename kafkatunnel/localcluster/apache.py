@@ -8,6 +8,11 @@ each on its own address, advertising the names pods get behind a headless servic
     scram  9094  SASL_SSL, SCRAM-SHA-512 (users added at format time, as Kafka documents)
     mtls   9095  SSL with a client certificate from the clients CA required
 
+and, beside Strimzi's, the other SASL logins Kafka has, in plaintext, for the same user:
+
+    scram256  9096  SASL_PLAINTEXT, SCRAM-SHA-256 (added at format time too)
+    sasl      9097  SASL_PLAINTEXT, PLAIN (the user in the listener's JAAS line)
+
 Every kind of group Kafka 4.4 has is on with its defaults: classic, consumer (KIP-848),
 share (KIP-932: `share.version` 2 at format) and streams (KIP-1071: `streams.version` 1, and
 `streams` among `group.coordinator.rebalance.protocols`).
@@ -48,8 +53,10 @@ KAFKA_3_VERSION = "3.9.2"
 LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where KAFKA_VERSION's jars are, if not the cache
 NAMESPACE = "kafka"  # the Kubernetes namespace the names say
 CONTROLLER_PORT, REPLICATION_PORT = 9090, 9091
-LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095}
-PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "SSL"}
+LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095, "scram256": 9096,
+             "sasl": 9097}  # fmt: skip
+PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "SSL",
+             "scram256": "SASL_PLAINTEXT", "sasl": "SASL_PLAINTEXT"}  # fmt: skip
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-s3cret"
 MTLS_USER = "bob"
 START_TIMEOUT = 90.0
@@ -182,6 +189,13 @@ def broker_settings(
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "listener.name.scram.scram-sha-512.sasl.jaas.config":
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.scram256.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "listener.name.scram256.scram-sha-256.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{SCRAM_USER}="{SCRAM_PASSWORD}";',
     }  # fmt: skip
     if not is_kafka_3(version):  # share groups' state (Kafka 4), sized to the cluster
         settings["share.coordinator.state.topic.replication.factor"] = str(min(3, nodes))
@@ -341,10 +355,12 @@ class ApacheKafka:
         """Kafka's StorageTool, as Kafka documents it: SCRAM users added at format time.
         The features are the release's defaults: on 4.4, share groups (`share.version` 2)
         and streams groups (`streams.version` 1) among them; 3.9 has neither."""
-        scram = f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
+        users = [f"SCRAM-SHA-{bits}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"
+                 for bits in (512, 256)]  # fmt: skip
         # `--cluster-id=ID`: a random id may begin with "-", which would read as an option
         self.tool("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
-                  "--config", str(config), "--add-scram", scram, "--ignore-formatted")  # fmt: skip
+                  "--config", str(config), *(a for u in users for a in ("--add-scram", u)),
+                  "--ignore-formatted")  # fmt: skip
 
     def _wait_ready(self) -> None:
         """Until every broker is in the metadata and a group has a coordinator (the

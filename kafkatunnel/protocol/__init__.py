@@ -16,6 +16,8 @@ holds callers to these names).
 - Coordinators: which broker a group or transaction lands on.
 - A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`), and the
   answer Kafka gives an unauthorized client, built for a refused request (`refusal`).
+- Logging in: `Login` (the tunnel's own SASL login to a broker) with a `Mechanism`
+  (`Plain`, `Scram`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
 """
@@ -90,6 +92,14 @@ from kafkatunnel.protocol.rewrite import (
     rewrite_caps,
     rewrite_response,
     splice,
+)
+from kafkatunnel.protocol.sasl_login import LoggedIn, Login, LoginFailed
+from kafkatunnel.protocol.sasl_mechanisms import (
+    SCRAM_HASHES,
+    Mechanism,
+    MechanismError,
+    Plain,
+    Scram,
 )
 from kafkatunnel.protocol.schema import (
     FieldPlan,
@@ -172,6 +182,15 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "authorization_error",
     "read_request",
     "refusal",
+    # logging in
+    "SCRAM_HASHES",
+    "LoggedIn",
+    "Login",
+    "LoginFailed",
+    "Mechanism",
+    "MechanismError",
+    "Plain",
+    "Scram",
     # reading messages by their schema
     "RESPONSE_WALK_START",
     "TAIL",

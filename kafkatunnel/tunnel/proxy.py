@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Callable, Coroutine, Sequence
 
 from kafkatunnel.capture.recorder import Recording
+from kafkatunnel.probe import SASL_HANDSHAKE
 from kafkatunnel.protocol import (
     BrokerAddress,
     Exchange,
@@ -54,6 +55,7 @@ class ClientConnection:
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         client_tls: ssl.SSLContext | None = None,
         on_refused: Callable[[ClientConnection, Sequence[RequestHeader]], None] | None = None,
+        login: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -65,6 +67,8 @@ class ClientConnection:
         self.learn = learn  # brokers the answers name, given tunnel addresses
         self.client_tls = client_tls  # serve the client TLS (--client-tls)
         self.on_refused = on_refused  # requests a policy refused (--read-only), to say so
+        self.login = login  # who the tunnel logs in as upstream ("alice (SCRAM-SHA-512)")
+        self._own_login_told = False  # the client's own SASL login was said
         self.client_tls_session: TlsUpstream | None = None  # with a client of --client-tls
         self.recording: Recording | None = None
         self.sock: socket.socket | None = None
@@ -176,6 +180,8 @@ class ClientConnection:
 
     def _from_broker(self, count: int) -> None:
         self.endpoint.bytes_out += count
+        if self.login is not None and not self._own_login_told:
+            self._own_login()
         if not self._heard:
             self._heard = True
             if self._first_answer is not None:
@@ -183,6 +189,20 @@ class ClientConnection:
         if self._half_closed is not None and self._answers_check is None:
             # once these bytes have passed through the Exchange (after this read)
             self._answers_check = asyncio.get_running_loop().call_soon(self._end_if_answered)
+
+    def _own_login(self) -> None:
+        """A client of a tunnel that logs in, logging in itself: the broker answers its
+        SaslHandshake with ILLEGAL_SASL_STATE (the connection is logged in already), which
+        says nothing of why; the log and status say it, once per connection."""
+        stats = self.exchange.stats
+        if not isinstance(self.exchange, Exchange) or not stats.requests.get(SASL_HANDSHAKE):
+            return
+        self._own_login_told = True
+        message = (f"client {self.peer} sent a SASL login of its own, which the broker refuses: "
+                   f"the tunnel logs in as {self.login}; the client must not (drop its "
+                   "security.protocol and sasl.* settings)")  # fmt: skip
+        log.warning("%s: %s", self.endpoint.local, message)
+        self.endpoint.record_error(message)
 
     def _suspect(self, signal: str) -> None:
         """This connection looks as if its forward were dead: let the forwarder check."""

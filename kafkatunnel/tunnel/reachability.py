@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kafkatunnel.probe import api_versions_request
 from kafkatunnel.protocol import FrameDecoder, ProtocolError
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.login import LoginRefused
 from kafkatunnel.tunnel.tls import speaks_tls
 
 RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
@@ -25,11 +26,13 @@ RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a mom
 class Unreachable(Exception):
     """The bootstrap broker did not answer in time; the message is the last cause seen.
 
-    `refused`: the forwarder was refused for good (RBAC), so no time was spent waiting."""
+    `refused`: the forwarder was refused for good (RBAC), so no time was spent waiting;
+    `login`: what refused was the broker, to the tunnel's login (the cause says why)."""
 
-    def __init__(self, cause: str, *, refused: bool = False) -> None:
+    def __init__(self, cause: str, *, refused: bool = False, login: bool = False) -> None:
         super().__init__(cause)
         self.refused = refused
+        self.login = login
 
 
 async def reach(
@@ -58,7 +61,8 @@ async def reach(
             raise Unreachable(cause) from None
         except ForwarderError as error:
             if error.permanent:
-                raise Unreachable(str(error), refused=True) from None
+                login = isinstance(error, LoginRefused)
+                raise Unreachable(str(error), refused=True, login=login) from None
             cause = str(error)
         except (ConnectionError, OSError, ProtocolError) as error:
             cause = str(error) or type(error).__name__

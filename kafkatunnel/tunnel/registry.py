@@ -113,6 +113,7 @@ class Endpoint:
     note: str | None = None  # what the user should know, e.g. why its name is not resolved
     closed: Tally = field(default_factory=Tally)  # of its closed connections
     tls: dict[str, object] | None = None  # the last TLS session with it (--tls)
+    login: dict[str, object] | None = None  # the tunnel's last login to it (SASL)
 
     @property
     def advertised(self) -> str:
@@ -147,6 +148,7 @@ class Endpoint:
             "dns_address": self.dns_address,
             "note": self.note,
             "tls": self.tls,
+            "login": self.login,
         }
 
 

@@ -56,6 +56,7 @@ from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
+from kafkatunnel.tunnel.login import Credentials, LoginForwarder
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
@@ -127,6 +128,7 @@ class TunnelConfig:
     tls: ssl.SSLContext | None = None  # speak TLS to the brokers (rewrite mode) with this
     tls_certificate: str | None = None  # the client certificate `tls` presents, as named
     client_tls: ClientTls | None = None  # serve clients TLS, with a CA of the tunnel's own
+    login: Credentials | None = None  # log in to the brokers for the clients (SASL)
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
     policy: Policy | None = None  # requests refused (--read-only, --deny-api, --allow-api)
@@ -137,6 +139,9 @@ class TunnelConfig:
         transparent = self.mode == "transparent"
         _check(not (transparent and self.tls is not None), "--tls", _FOR_REWRITE)
         _check(not (transparent and self.client_tls is not None), "--client-tls", _FOR_REWRITE)
+        _check(not (transparent and self.login is not None), "--sasl-mechanism",
+               "the tunnel logs in for its clients in rewrite mode: transparent mode passes "
+               "the clients' own login through")  # fmt: skip
         _check(not transparent or self.dns_listen is not None, "--dns",
                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own "
                "names")  # fmt: skip
@@ -243,6 +248,9 @@ class Tunnel:
         self.companions = companions
         if config.tls is not None:
             forwarder = TlsForwarder(forwarder, config.tls, config.tls_certificate)
+        self.login: LoginForwarder | None = None
+        if config.login is not None:  # after TLS: the login goes inside it
+            forwarder = self.login = LoginForwarder(forwarder, config.login)
         self.forwarder = forwarder
         self.client_tls = config.client_tls
         host, port = split_address(config.bootstrap)
@@ -634,6 +642,7 @@ class Tunnel:
             learn=self.registry.learn,
             client_tls=None if self.client_tls is None else self.client_tls.context,
             on_refused=None if self.config.policy is None else self._refused,
+            login=self._login_named,
         )
         self.connections.add(connection)
         return connection
@@ -655,6 +664,12 @@ class Tunnel:
             log.warning("refused %s from client %r (%s) at %s: %s; further refusals of it are "
                         "counted in status", api, header.client_id, connection.peer,
                         connection.endpoint.local, policy.reason)  # fmt: skip
+
+    @property
+    def _login_named(self) -> str | None:
+        """Who the tunnel logs in as, for messages: `alice (SCRAM-SHA-512)`."""
+        login = self.config.login
+        return None if login is None else f"{login.username} ({login.mechanism})"
 
     def _record(self, endpoint: Endpoint, client: Address, local: Address) -> Recording:
         assert self.recorder is not None
@@ -738,6 +753,7 @@ class Tunnel:
             host, port = endpoint.advertised_host, endpoint.advertised_port
             endpoint.route = self.forwarder.describe(host, port)
             endpoint.tls = self.forwarder.session(host, port)
+            endpoint.login = None if self.login is None else self.login.login(host, port)
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,

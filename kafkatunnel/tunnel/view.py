@@ -25,6 +25,9 @@ def _cells(e: dict[str, Any]) -> tuple[str, ...]:
         state = f"[green]ok[/] {escape(e['route'])}"
     else:
         state = f"[yellow]{escape(e['route'])}[/]"
+    login = e.get("login")
+    if login:  # who the tunnel logs in as there (its name is the user's: never markup)
+        state += escape(f", as {login['principal']} ({login['mechanism']})")
     errors = str(e["errors"])
     if e["last_error"]:
         errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"

@@ -33,15 +33,17 @@ import pytest
 from confluent_kafka.cimpl import NewTopic
 
 from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import LISTENERS
+from kafkatunnel.localcluster.apache import LISTENERS, kafka_lib
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
 from kafkatunnel.localcluster.workload import GroupResult, consume_group, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
+from tests.apache.test_clients import java
 from tests.kube.conftest import BEFORE_WEBSOCKETS, KUBECTLS, NEWEST
 
 MESSAGES = 30
+CLIENTS = Path(__file__).resolve().parents[2] / "apache" / "clients"  # the Java client
 FOUND_WITHIN = 10.0  # seconds from a new broker pod's readiness to a forward reaching it
 
 
@@ -236,6 +238,41 @@ def under_load(bootstrap: str, prefix: str) -> Iterator[Load]:
     lost = acked - set(final.values)
     assert not lost, (len(lost), sorted(lost)[:5], len(acked))
     assert load.live.consumed > 0 and set(load.live.values) <= set(final.values)
+
+
+@pytest.fixture(scope="module")
+def java_client(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Java client program (tests/apache/clients), compiled against Kafka's own jars;
+    its classpath."""
+    out = tmp_path_factory.mktemp("java-client")
+    lib = kafka_lib()
+    subprocess.run(["javac", "-cp", f"{lib}/*", "-d", str(out), str(CLIENTS / "JavaClient.java")],
+                   check=True, timeout=180)  # fmt: skip
+    return f"{lib}/*:{out}"
+
+
+def test_the_tunnel_logs_in_as_a_scram_kafka_user_and_clients_need_no_settings(
+    strimzi_kafka: StrimziKafka, java_client: str
+) -> None:
+    """`up --tls --kafka-user alice` on the SCRAM-over-TLS listener (9094): the tunnel reads
+    alice's password from her KafkaUser secret and logs in with SCRAM-SHA-512 on every
+    connection; librdkafka and a Java consumer given bootstrap.servers and group.id, no
+    security setting, consume in groups on every coordinator. The password is not shown."""
+    scram = str(LISTENERS["scram"])
+    with up(strimzi_kafka, "--tls", "--kafka-user", SCRAM_USER, "--kafka-port", scram) as (
+        bootstrap, process):  # fmt: skip
+        groups_consume_everything(strimzi_kafka, bootstrap)
+        produce_java, consume_java = java(java_client, "classic")
+        topic = f"strimzi-java-{uuid.uuid4().hex[:6]}"
+        assert produce_java(bootstrap, topic, MESSAGES) == MESSAGES
+        spread = strimzi_kafka.groups_by_coordinator(1, prefix=f"{topic}-g")
+        consumed = {node: consume_java(bootstrap, topic, group, MESSAGES)
+                    for node, (group,) in sorted(spread.items())}  # fmt: skip
+        assert consumed == {0: MESSAGES, 1: MESSAGES, 2: MESSAGES}, consumed
+    said = " ".join(process.output().split())
+    assert f"SASL: the tunnel logs in as KafkaUser {SCRAM_USER} with SCRAM-SHA-512 (secret " \
+        f"{SCRAM_USER})" in said, said  # fmt: skip
+    assert strimzi_kafka.scram_password not in said
 
 
 def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(

@@ -1,0 +1,177 @@
+"""The tunnel logs in for its clients: every stream it opens to a broker (after TLS, with
+--tls) first runs a SASL login (protocol.Login) with the user's credentials, so clients
+see a broker that wants none and keep `bootstrap.servers` as their only setting.
+
+This is a forwarder around the one that opens the streams, as TLS is: client connections,
+the start check and the broker discovery all open their streams through it, and none of
+them sees the login. Its frames go to the broker before any pump runs, so they never
+reach a client or a recording. The outcome per broker is kept for status: the principal,
+and the broker's message when its last login failed (a revoked or expired secret fails
+the connections opened after it; those already open keep theirs)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kafkatunnel.protocol import (
+    SCRAM_HASHES,
+    LoggedIn,
+    Login,
+    LoginFailed,
+    Mechanism,
+    Plain,
+    Scram,
+)
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+
+MECHANISMS = ("PLAIN", *SCRAM_HASHES)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who the tunnel logs in as. The password is held in memory only, as bytes, and never
+    shown: repr names the mechanism and the user. `source`: where it came from, as the user
+    said it (--sasl-password-file FILE, --kafka-user NAME), for messages."""
+
+    mechanism: str
+    username: str
+    password: bytes = field(repr=False)
+    source: str = ""
+    _salted: dict[tuple[bytes, int], bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"{self.mechanism!r} is not one of {', '.join(MECHANISMS)}")
+
+    def conversation(self) -> Mechanism:
+        """A new conversation for one connection (SCRAM's derived keys shared by all)."""
+        if self.mechanism == "PLAIN":
+            return Plain(self.username, self.password)
+        return Scram(self.mechanism, self.username, self.password, salted=self._salted)
+
+
+class LoginRefused(ForwarderError):
+    """The broker refused the login, or its answer could not be trusted: asking again with
+    the same credentials will not help."""
+
+    def __init__(self, failure: LoginFailed, broker: str, source: str = "") -> None:
+        fix = FIXES.get(failure.error_code or 0, "").format(source=source or "as given")
+        super().__init__(f"broker {broker}: {failure.describe()}{fix}", permanent=True)
+        self.failure = failure
+
+
+# What the user can do about Kafka's answer, by its error code.
+FIXES = {
+    58: "; check the password ({source}) and that the user exists for this mechanism",
+    33: "; give --sasl-mechanism one the listener enables",
+}
+
+
+@dataclass
+class BrokerLogin:
+    """The last login to one broker, for status."""
+
+    mechanism: str
+    principal: str
+    session_lifetime_ms: int | None = None
+    logged_in_at: float | None = None
+    error: str | None = None
+    error_at: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "mechanism": self.mechanism,
+            "principal": self.principal,
+            "session_lifetime_ms": self.session_lifetime_ms,
+            "logged_in_at": self.logged_in_at,
+            "error": self.error,
+            "error_at": self.error_at,
+        }
+
+
+async def log_in(upstream: Upstream, mechanism: Mechanism, broker: str) -> LoggedIn | LoginFailed:
+    """Run one login over `upstream`; the outcome. OSError or ForwarderError if the stream
+    fails (the forwarder's reason)."""
+    login = Login(mechanism)
+    await upstream.send(login.start())
+    while login.outcome is None:
+        data = await upstream.receive()
+        if not data:
+            reason = await upstream.why_ended(None)
+            if reason is not None:
+                raise ForwarderError(f"{broker}: {reason}")
+            login.ended()
+            break
+        for request in login.feed(data):
+            await upstream.send(request)
+    assert login.outcome is not None
+    return login.outcome
+
+
+class LoginForwarder(Forwarder):
+    """Any forwarder (TLS among them), with a login on each stream it opens."""
+
+    def __init__(self, inner: Forwarder, credentials: Credentials) -> None:
+        self.inner = inner
+        self.credentials = credentials
+        self.kind = inner.kind
+        self.logins: dict[tuple[str, int], BrokerLogin] = {}
+
+    def login(self, host: str, port: int) -> dict[str, object]:
+        """The last login to host:port, for status (who, even before the first)."""
+        found = self.logins.get((host, port))
+        if found is None:
+            found = BrokerLogin(self.credentials.mechanism, self.credentials.username)
+        return found.as_dict()
+
+    async def open(self, host: str, port: int) -> Upstream:
+        upstream = await self.inner.open(host, port)
+        broker = f"{host}:{port}"
+        try:
+            outcome = await log_in(upstream, self.credentials.conversation(), broker)
+        except OSError as error:
+            reason = await upstream.why_ended(error) or str(error)
+            await upstream.discard()
+            raise ForwarderError(f"{broker}: during the login: {reason}") from None
+        except BaseException:
+            upstream.close()
+            upstream.release()
+            raise
+        state = self.logins.setdefault(
+            (host, port), BrokerLogin(outcome.mechanism, outcome.principal)
+        )
+        if isinstance(outcome, LoginFailed):
+            await upstream.discard()
+            refused = LoginRefused(outcome, broker, self.credentials.source)
+            state.error, state.error_at = str(refused), time.time()
+            if outcome.error_code is None and "closed" in outcome.message:
+                raise ForwarderError(str(refused))  # perhaps the stream, not the login
+            raise refused
+        state.session_lifetime_ms = outcome.session_lifetime_ms
+        state.logged_in_at, state.error, state.error_at = time.time(), None, None
+        return upstream
+
+    def describe(self, host: str, port: int) -> str:
+        return self.inner.describe(host, port)
+
+    def session(self, host: str, port: int) -> dict[str, object] | None:
+        return self.inner.session(host, port)
+
+    def restarts(self, host: str, port: int) -> int:
+        return self.inner.restarts(host, port)
+
+    def replacements(self, host: str, port: int) -> int:
+        return self.inner.replacements(host, port)
+
+    def suspect(self, host: str, port: int, signal: str) -> None:
+        self.inner.suspect(host, port, signal)
+
+    def expect(self, host: str, port: int) -> None:
+        self.inner.expect(host, port)
+
+    async def prepare(self) -> None:
+        await self.inner.prepare()
+
+    async def close(self) -> None:
+        await self.inner.close()

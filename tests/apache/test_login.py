@@ -1,0 +1,292 @@
+"""The tunnel logs in for its clients, on Apache Kafka's own SASL listeners: SCRAM-SHA-512
+over TLS (Strimzi's `scram-sha-512` listener), SCRAM-SHA-256 and PLAIN in plaintext. The
+clients (librdkafka, the Java client) are given `bootstrap.servers` and nothing else;
+Kafka's own answers say whether the login was right."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.localcluster.apache import (
+    LISTENERS,
+    SCRAM_PASSWORD,
+    SCRAM_USER,
+    ApacheKafka,
+    broker_host,
+)
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import consume_groups, produce
+from kafkatunnel.protocol import LoggedIn, Login, Scram
+from kafkatunnel.waiting import wait_for
+from tests.apache.test_apache_kafka import recorded_messages, refused_login, tls_flags
+from tests.apache.test_clients import every_coordinator, java
+
+MESSAGES = 30
+INVALID_CREDENTIALS = ("Authentication failed during authentication due to invalid "
+                       "credentials with SASL mechanism {}")  # Kafka's own words  # fmt: skip
+PASSWORD_VARIABLE = "KT_TEST_SASL_PASSWORD"
+
+
+def login_flags(mechanism: str, password_file: Path, user: str = SCRAM_USER) -> list[str]:
+    return ["--sasl-mechanism", mechanism, "--sasl-username", user,
+            "--sasl-password-file", str(password_file)]  # fmt: skip
+
+
+def up_argv(kafka: ApacheKafka, listener: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+            "--bootstrap", kafka.bootstrap(listener), "--exec", kafka.exec_template(),
+            "--listen", f"127.0.0.1:{free_port_run(8)}", *flags]  # fmt: skip
+
+
+@contextmanager
+def up(
+    kafka: ApacheKafka, listener: str, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, ManagedProcess]]:
+    """`kafkatunnel up` in front of a listener; yields its bootstrap.servers and itself."""
+    process = ManagedProcess(up_argv(kafka, listener, *flags), env=env,
+                             name=f"kafkatunnel-up-login-{listener}")  # fmt: skip
+    try:
+        yield process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1), process
+    finally:
+        process.stop()
+
+
+def status(bootstrap: str) -> tuple[dict[str, Any], str]:
+    """`status --json` as read, and `status` as a person sees it."""
+    port = bootstrap.split(",")[0].rsplit(":", 1)[1]
+    run = [sys.executable, "-m", "kafkatunnel", "status", "--port", port]
+    wide = {**os.environ, "COLUMNS": "1000"}  # every cell whole, on one line
+    shown = subprocess.run(run, capture_output=True, text=True, check=True, timeout=30,
+                           env=wide)  # fmt: skip
+    read = subprocess.run([*run, "--json"], capture_output=True, text=True, check=True,
+                          timeout=30)  # fmt: skip
+    return json.loads(read.stdout), shown.stdout
+
+
+def secret_file(directory: Path, password: str) -> Path:
+    path = directory / "password"
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def groups_everywhere(kafka: ApacheKafka, bootstrap: str, prefix: str) -> None:
+    """librdkafka with no setting but bootstrap.servers: MESSAGES produced, then read by a
+    group on each coordinator."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+    groups = {gs[0]: MESSAGES for gs in
+              kafka.groups_by_coordinator(1, prefix=f"{topic}-g").values()}  # fmt: skip
+    for group, result in consume_groups(bootstrap, groups, topic, timeout=60).items():
+        assert (result.consumed, result.coordinator_errors) == (MESSAGES, []), group
+
+
+def test_scram_sha_512_over_tls_clients_with_no_settings_on_every_coordinator(
+    apache_kafka: ApacheKafka, java_classes: str, tmp_path: Path
+) -> None:
+    """Strimzi's SCRAM-over-TLS listener: the tunnel speaks TLS and logs in as alice;
+    librdkafka and a Java consumer (bootstrap.servers and group.id, no security setting)
+    produce and consume in groups on every coordinator; status names alice per broker."""
+    flags = [*tls_flags(apache_kafka),
+             *login_flags("SCRAM-SHA-512", secret_file(tmp_path, SCRAM_PASSWORD))]  # fmt: skip
+    with up(apache_kafka, "scram", *flags) as (bootstrap, process):
+        groups_everywhere(apache_kafka, bootstrap, "login-512")
+        every_coordinator(apache_kafka, bootstrap, "login-java", java(java_classes, "classic"))
+        read, shown = status(bootstrap)
+    logins = {e["advertised"]: e["login"] for e in read["endpoints"]}
+    scram = LISTENERS["scram"]
+    assert set(logins) >= {f"{broker_host(n)}:{scram}" for n in range(3)}, logins
+    for login in logins.values():
+        assert (login["principal"], login["mechanism"], login["error"]) == (
+            SCRAM_USER, "SCRAM-SHA-512", None)  # fmt: skip
+        assert login["session_lifetime_ms"] == 0  # connections.max.reauth.ms: Kafka's default
+    assert "as alice (SCRAM-SHA-512)" in " ".join(shown.split()), shown
+    assert "SASL: the tunnel logs in as alice with SCRAM-SHA-512" in process.output()
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), [("scram256", "SCRAM-SHA-256"),
+                                                     ("sasl", "PLAIN")])  # fmt: skip
+def test_scram_sha_256_and_plain_in_plaintext_with_the_password_from_a_variable(
+    apache_kafka: ApacheKafka, listener: str, mechanism: str
+) -> None:
+    env = {**os.environ, PASSWORD_VARIABLE: SCRAM_PASSWORD}
+    flags = ["--sasl-mechanism", mechanism, "--sasl-username", SCRAM_USER,
+             "--sasl-password-env", PASSWORD_VARIABLE]  # fmt: skip
+    with up(apache_kafka, listener, *flags, env=env) as (bootstrap, _):
+        groups_everywhere(apache_kafka, bootstrap, f"login-{listener}")
+        read, _shown = status(bootstrap)
+    assert {e["login"]["principal"] for e in read["endpoints"]} == {SCRAM_USER}
+
+
+@pytest.mark.parametrize(
+    ("listener", "mechanism", "said"),
+    [
+        ("scram", "SCRAM-SHA-512", INVALID_CREDENTIALS.format("SCRAM-SHA-512")),
+        ("scram256", "SCRAM-SHA-256", INVALID_CREDENTIALS.format("SCRAM-SHA-256")),
+        ("sasl", "PLAIN", "Authentication failed: Invalid username or password"),
+        ("scram256", "PLAIN", "the listener does not enable PLAIN (it enables: SCRAM-SHA-256)"),
+    ],
+)
+def test_a_wrong_login_stops_up_at_start_with_kafkas_message(
+    apache_kafka: ApacheKafka, tmp_path: Path, listener: str, mechanism: str, said: str
+) -> None:
+    wrong = "not-alices-password"
+    flags = login_flags(mechanism, secret_file(tmp_path, wrong))
+    if listener == "scram":
+        flags += tls_flags(apache_kafka)
+    result = subprocess.run(up_argv(apache_kafka, listener, *flags), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    told = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in told, told
+    assert f"the tunnel cannot log in: broker {apache_kafka.bootstrap(listener)}: login as " \
+        f"{SCRAM_USER} with {mechanism} failed: {said}" in told, told  # fmt: skip
+    assert wrong not in result.stdout + result.stderr
+
+
+def scram_keys(kafka: ApacheKafka, mechanism: str, listener: str) -> list[bytes]:
+    """What SCRAM derives from alice's password with the salt Kafka keeps for her: the
+    salted password, the client key, the stored key and the server key, as bytes and in
+    base64 (how SCRAM carries them). Asked of the broker with a login of our own."""
+    seen: list[bytes] = []
+
+    class Watching(Scram):
+        def answer(self, challenge: bytes) -> bytes | None:
+            seen.append(challenge)
+            return super().answer(challenge)
+
+    login = Login(Watching(mechanism, SCRAM_USER, SCRAM_PASSWORD.encode()))
+    with kafka.connect(broker_host(0), LISTENERS[listener], timeout=10) as sock:
+        sock.sendall(login.start())
+        while login.outcome is None:
+            data = sock.recv(65536)
+            if not data:
+                login.ended()
+            for request in login.feed(data):
+                sock.sendall(request)
+    assert isinstance(login.outcome, LoggedIn), login.outcome
+    fields = dict(part.split(b"=", 1) for part in seen[0].split(b","))
+    name = mechanism.removeprefix("SCRAM-").replace("-", "").lower()
+    salted = hashlib.pbkdf2_hmac(name, SCRAM_PASSWORD.encode(), base64.b64decode(fields[b"s"]),
+                                 int(fields[b"i"]))  # fmt: skip
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    keys = [salted, client_key, hashlib.new(name, client_key).digest(),
+            hmac.new(salted, b"Server Key", name).digest()]  # fmt: skip
+    return keys + [base64.b64encode(k) for k in keys]
+
+
+def test_no_secret_is_recorded_logged_or_shown_and_the_connections_are(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """The tunnel's login frames never enter a recording (they are not the client's), nor
+    the password, a SCRAM message (the client's proof among them) or what SCRAM derives
+    from the password, in the recording, up's output or status. The control: the same
+    recording holds the client's Produce to the topic."""
+    recordings = tmp_path / "recordings"
+    flags = [*login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD)),
+             "--record", str(recordings), "--record-payloads"]  # fmt: skip
+    topic = f"login-secret-{uuid.uuid4().hex[:6]}"
+    with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
+        assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+        read, shown = status(bootstrap)
+        process.stop()
+        said = process.output()
+    secrets = [SCRAM_PASSWORD.encode(), b"c=biws", b"n,,n=" + SCRAM_USER.encode(),
+               *scram_keys(apache_kafka, "SCRAM-SHA-256", "scram256")]  # fmt: skip
+    recorded = b"".join(path.read_bytes() for path in sorted(recordings.iterdir()))
+    everything = {"recording": recorded, "up's output": said.encode(),
+                  "status": (json.dumps(read) + shown).encode()}  # fmt: skip
+    for where, text in everything.items():
+        for secret in secrets:
+            assert secret not in text, (where, secret)
+    connections = recorded_messages(recordings)
+    assert any(m.__api_key__ == 0 and topic in (t.name for t in m.topic_data)
+               for messages in connections.values() for m, _ in messages), (
+        f"no Produce to {topic} in {len(connections)} recorded connections")  # fmt: skip
+    sasl = [m for messages in connections.values() for m, _ in messages if m.__api_key__ != 0]
+    assert sasl == [], sasl  # no SaslHandshake, no SaslAuthenticate: the client sent none
+
+
+def test_a_password_changed_mid_run_fails_new_connections_with_kafkas_message(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A user of its own (carol), her SCRAM-SHA-256 password changed while the tunnel runs:
+    a client connected before keeps producing; a new client is refused, and status and
+    up's log say what Kafka said, naming the mechanism and carol."""
+    user, password = f"carol-{uuid.uuid4().hex[:6]}", "carols-s3cret"
+    configs = ["org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+               apache_kafka.bootstrap(), "--entity-type", "users", "--entity-name", user,
+               "--alter", "--add-config"]  # fmt: skip
+    apache_kafka.tool(*configs, f"SCRAM-SHA-256=[iterations=4096,password={password}]")
+    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, password), user=user)
+    topic = f"login-revoked-{uuid.uuid4().hex[:6]}"
+    with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
+        before = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        try:
+            assert deliver(before, topic, 6) == 6
+            apache_kafka.tool(*configs, "SCRAM-SHA-256=[iterations=4096,password=changed]")
+            refused = INVALID_CREDENTIALS.format("SCRAM-SHA-256")
+
+            def new_client_refused() -> bool:
+                assert produce(bootstrap, topic, 1, timeout=5) == 0  # never let in
+                return any(refused in str(e.get("last_error")) for e in status(bootstrap)[0]
+                           ["endpoints"])  # fmt: skip
+
+            wait_for(new_client_refused, timeout=60, what="a new client to be refused")
+            assert deliver(before, topic, 6) == 6  # the connection from before goes on
+            read, shown = status(bootstrap)
+        finally:
+            before.flush(5)
+    said = " ".join(process.output().split())
+    failed = f"login as {user} with SCRAM-SHA-256 failed: {refused}"
+    assert failed in said, said
+    errors = [e["login"]["error"] for e in read["endpoints"] if e["login"]["error"]]
+    assert errors and all(failed in error for error in errors), errors
+    assert failed in " ".join(shown.split()), shown
+
+
+def test_a_client_that_logs_in_itself_is_refused_and_told_the_tunnel_does(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A client with its own SASL settings, through a tunnel that logs in: Kafka refuses its
+    SaslHandshake on the logged-in connection (ILLEGAL_SASL_STATE), and status and up's
+    log say that the tunnel logs in, as whom, and what the client must drop."""
+    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
+    own = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+           "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
+    told = (f"sent a SASL login of its own, which the broker refuses: the tunnel logs in as "
+            f"{SCRAM_USER} (SCRAM-SHA-256); the client must not (drop its security.protocol "
+            "and sasl.* settings)")  # fmt: skip
+    with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
+        said = refused_login(bootstrap, own)
+
+        def said_in_status() -> bool:
+            return any(told in str(e["last_error"]) for e in status(bootstrap)[0]["endpoints"])
+
+        wait_for(said_in_status, timeout=30, what="status to say the tunnel logs in")
+    assert "Request not valid in current SASL state" in said, said  # Kafka's ILLEGAL_SASL_STATE
+    assert told in " ".join(process.output().split())
+
+
+def deliver(producer: confluent_kafka.Producer, topic: str, count: int) -> int:
+    """`count` messages through a producer that exists already; how many were acknowledged."""
+    acknowledged = []
+    for i in range(count):  # every partition: a connection to each leader, from the start
+        producer.produce(topic, f"m-{i}".encode(), partition=i % 3,
+                         on_delivery=lambda e, _m: acknowledged.append(e is None))  # fmt: skip
+    producer.flush(30)
+    return sum(acknowledged)
