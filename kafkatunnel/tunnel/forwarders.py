@@ -129,6 +129,39 @@ class Forwarder(ABC):
         """Release what the forwarder holds (processes it supervises)."""
 
 
+class WrappingForwarder(Forwarder):
+    """A forwarder that adds something to each stream another one opens (TLS, a login):
+    everything else is the inner forwarder's."""
+
+    def __init__(self, inner: Forwarder) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+
+    def describe(self, host: str, port: int) -> str:
+        return self.inner.describe(host, port)
+
+    def session(self, host: str, port: int) -> dict[str, object] | None:
+        return self.inner.session(host, port)
+
+    def restarts(self, host: str, port: int) -> int:
+        return self.inner.restarts(host, port)
+
+    def replacements(self, host: str, port: int) -> int:
+        return self.inner.replacements(host, port)
+
+    def suspect(self, host: str, port: int, signal: str) -> None:
+        self.inner.suspect(host, port, signal)
+
+    def expect(self, host: str, port: int) -> None:
+        self.inner.expect(host, port)
+
+    async def prepare(self) -> None:
+        await self.inner.prepare()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 # -- direct ---------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from kafkatunnel.protocol import (
     Plain,
     Scram,
 )
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream, WrappingForwarder
 
 MECHANISMS = ("PLAIN", *SCRAM_HASHES)
 
@@ -109,13 +109,12 @@ async def log_in(upstream: Upstream, mechanism: Mechanism, broker: str) -> Logge
     return login.outcome
 
 
-class LoginForwarder(Forwarder):
+class LoginForwarder(WrappingForwarder):
     """Any forwarder (TLS among them), with a login on each stream it opens."""
 
     def __init__(self, inner: Forwarder, credentials: Credentials) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.credentials = credentials
-        self.kind = inner.kind
         self.logins: dict[tuple[str, int], BrokerLogin] = {}
 
     def login(self, host: str, port: int) -> dict[str, object]:
@@ -151,27 +150,3 @@ class LoginForwarder(Forwarder):
         state.session_lifetime_ms = outcome.session_lifetime_ms
         state.logged_in_at, state.error, state.error_at = time.time(), None, None
         return upstream
-
-    def describe(self, host: str, port: int) -> str:
-        return self.inner.describe(host, port)
-
-    def session(self, host: str, port: int) -> dict[str, object] | None:
-        return self.inner.session(host, port)
-
-    def restarts(self, host: str, port: int) -> int:
-        return self.inner.restarts(host, port)
-
-    def replacements(self, host: str, port: int) -> int:
-        return self.inner.replacements(host, port)
-
-    def suspect(self, host: str, port: int, signal: str) -> None:
-        self.inner.suspect(host, port, signal)
-
-    def expect(self, host: str, port: int) -> None:
-        self.inner.expect(host, port)
-
-    async def prepare(self) -> None:
-        await self.inner.prepare()
-
-    async def close(self) -> None:
-        await self.inner.close()

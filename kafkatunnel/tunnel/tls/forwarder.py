@@ -9,22 +9,21 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream, WrappingForwarder
 from kafkatunnel.tunnel.tls.handshake import start_tls
 from kafkatunnel.tunnel.tls.messages import TlsSession, verification_failure
 
 
-class TlsForwarder(Forwarder):
+class TlsForwarder(WrappingForwarder):
     """Any forwarder, with TLS to the broker over each stream it opens. `certificate`: the
     client certificate the context presents, as the user named it (for messages), or None."""
 
     def __init__(
         self, inner: Forwarder, context: ssl.SSLContext, certificate: str | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.context = context
         self.certificate = certificate
-        self.kind = inner.kind
         self.sessions: dict[tuple[str, int], TlsSession] = {}  # the last one per broker
 
     def session(self, host: str, port: int) -> dict[str, object] | None:
@@ -52,24 +51,6 @@ class TlsForwarder(Forwarder):
     def describe(self, host: str, port: int) -> str:
         session = self.sessions.get((host, port))
         return f"{self.inner.describe(host, port)}, {session or 'TLS'}"
-
-    def restarts(self, host: str, port: int) -> int:
-        return self.inner.restarts(host, port)
-
-    def replacements(self, host: str, port: int) -> int:
-        return self.inner.replacements(host, port)
-
-    def suspect(self, host: str, port: int, signal: str) -> None:
-        self.inner.suspect(host, port, signal)
-
-    def expect(self, host: str, port: int) -> None:
-        self.inner.expect(host, port)
-
-    async def prepare(self) -> None:
-        await self.inner.prepare()
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 async def speaks_tls(forwarder: Forwarder, host: str, port: int) -> bool:
