@@ -36,7 +36,7 @@ from kafkatunnel.protocol import (
     response_correlation_id,
 )
 from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
-from tests.protocol.requests_built import built
+from tests.protocol.requests_built import built, error_fields
 from tests.protocol.test_guarded_passage import CHANGING
 
 __all__ = ["js_client"]  # a fixture, used by name
@@ -352,17 +352,5 @@ def _config_errors(key: int) -> set[ErrorCode]:
 
 
 def _error_codes(value: Any) -> list[ErrorCode]:
-    found = []
-    for field in dataclasses.fields(value):
-        inner = getattr(value, field.name)
-        if "tag" in field.metadata:
-            continue
-        if field.metadata.get("kafka_type") == "error_code":
-            found.append(inner)
-        elif isinstance(inner, tuple):
-            for item in inner:
-                if dataclasses.is_dataclass(item):
-                    found.extend(_error_codes(item))
-        elif dataclasses.is_dataclass(inner):
-            found.extend(_error_codes(inner))
-    return found
+    """Every error code in an answer (its error messages left out)."""
+    return [code for name, code, _ in error_fields(value) if not name.endswith("error_message")]

@@ -67,3 +67,22 @@ def _scalar(kind: str | None, name: str, index: int) -> Any:
     if kind == "error_code":
         return 0
     raise AssertionError(f"no value for {kind} {name}")
+
+
+def error_fields(value: Any) -> list[tuple[str, Any, Any]]:
+    """(field, value, the struct holding it) for every error code and error message in an
+    answer `value` of kio's, tagged fields left out (their defaults say nothing)."""
+    found: list[tuple[str, Any, Any]] = []
+    for field in dataclasses.fields(value):
+        inner = getattr(value, field.name)
+        if "tag" in field.metadata:
+            continue
+        if field.metadata.get("kafka_type") == "error_code" or field.name.endswith("error_message"):
+            found.append((field.name, inner, value))
+        elif isinstance(inner, tuple):
+            for item in inner:
+                if dataclasses.is_dataclass(item):
+                    found.extend(error_fields(item))
+        elif dataclasses.is_dataclass(inner):
+            found.extend(error_fields(inner))
+    return found

@@ -23,7 +23,7 @@ from kafkatunnel.protocol import (
 )
 from kafkatunnel.protocol.policy import SOME
 from tests.kio_messages import decode, request_frame
-from tests.protocol.requests_built import built
+from tests.protocol.requests_built import built, error_fields
 
 pytestmark = pytest.mark.quick
 
@@ -60,25 +60,6 @@ def _expected(key: int, item: Any) -> ErrorCode:
     return EXPECTED.get(_title(key), CLUSTER)
 
 
-def _errors(value: Any, owner: Any = None) -> list[tuple[str, Any, Any]]:
-    """(field, value, the struct holding it) for every error code and message in `value`,
-    tagged fields left out (their defaults say nothing)."""
-    found: list[tuple[str, Any, Any]] = []
-    for field in dataclasses.fields(value):
-        inner = getattr(value, field.name)
-        if "tag" in field.metadata:
-            continue
-        if field.metadata.get("kafka_type") == "error_code" or field.name.endswith("error_message"):
-            found.append((field.name, inner, value))
-        elif isinstance(inner, tuple):
-            for item in inner:
-                if dataclasses.is_dataclass(item):
-                    found.extend(_errors(item))
-        elif dataclasses.is_dataclass(inner):
-            found.extend(_errors(inner))
-    return found
-
-
 def _lists(value: Any) -> dict[str, int]:
     """How many items each top-level list of structs holds."""
     hints = typing.get_type_hints(type(value))
@@ -103,7 +84,7 @@ def test_every_refused_api_and_version_is_answered_as_kafka_answers_an_unauthori
     assert response_correlation_id(answer) == 0x5EED
     body_at = response_body_offset(answer, key, version)
     body = decode(load_response_schema(key, version), answer[body_at:])
-    errors = _errors(body)
+    errors = error_fields(body)
     codes = [(value, owner) for name, value, owner in errors if not name.endswith("message")]
     assert codes, "the answer carries no error code at all"
     for value, owner in codes:
