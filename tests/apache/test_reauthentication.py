@@ -1,5 +1,6 @@
 """The tunnel logs in again on the same connection when the broker's session ends (KIP-368),
-on Apache Kafka's `reauth` listener, whose sessions last REAUTH_MS: a broker closes a
+on Apache Kafka's `reauth` listener (SCRAM-SHA-512 over TLS, as Strimzi's `scram-sha-512`
+listener), whose sessions last REAUTH_MS: a broker closes a
 connection whose session ran out on its next request, so a connection that carries a
 client's traffic for several lifetimes, unclosed, was logged in again each time."""
 
@@ -15,6 +16,7 @@ import confluent_kafka
 
 from kafkatunnel.localcluster.apache import REAUTH_MS, SCRAM_PASSWORD, ApacheKafka
 from kafkatunnel.waiting import wait_for
+from tests.apache.test_apache_kafka import tls_flags
 from tests.apache.test_login import login_flags, secret_file, status, up
 
 SESSIONS = 3  # session ends each connection lives through
@@ -41,12 +43,13 @@ def test_a_consumer_and_a_producer_live_through_several_session_ends_unclosed(
     apache_kafka: ApacheKafka, tmp_path: Path
 ) -> None:
     """A consumer in a group and an idempotent producer, neither with any security setting,
-    through `up` logging in with SCRAM-SHA-256: for SESSIONS session lifetimes and more the
+    through `up --tls` logging in with SCRAM-SHA-512: for SESSIONS session lifetimes and more the
     producer produces and the consumer reads. Every message produced is read, once; neither
     client's connections to the brokers were ever closed (librdkafka's own counts, and the
     tunnel's); status counts the logins done again."""
     topic = f"reauth-{uuid.uuid4().hex[:6]}"
-    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
+    flags = [*tls_flags(apache_kafka),
+             *login_flags("SCRAM-SHA-512", secret_file(tmp_path, SCRAM_PASSWORD))]  # fmt: skip
     consumer_stats: dict[str, Any] = {}
     producer_stats: dict[str, Any] = {}
     with up(apache_kafka, "reauth", *flags) as (bootstrap, _process):
@@ -109,6 +112,6 @@ def test_a_consumer_and_a_producer_live_through_several_session_ends_unclosed(
     renewed = [e["login"]["reauthentications"] for e in after["endpoints"]
                if e["connections"]]  # fmt: skip
     assert renewed and all(n >= SESSIONS for n in renewed), renewed
-    assert f"as alice (SCRAM-SHA-256; sessions renewed {max(renewed)}x)" in shown, shown
+    assert f"as alice (SCRAM-SHA-512; sessions renewed {max(renewed)}x)" in shown, shown
     assert {e["login"]["session_lifetime_ms"] for e in after["endpoints"] if e["connections"]} \
         == {REAUTH_MS}  # fmt: skip
