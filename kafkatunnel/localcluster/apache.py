@@ -12,6 +12,10 @@ and, beside Strimzi's, the other SASL logins Kafka has, in plaintext, for the sa
 
     scram256  9096  SASL_PLAINTEXT, SCRAM-SHA-256 (added at format time too)
     sasl      9097  SASL_PLAINTEXT, PLAIN (the user in the listener's JAAS line)
+    reauth    9099  SASL_SSL, SCRAM-SHA-512 as `scram`, with sessions of REAUTH_MS
+                    (KIP-368: `connections.max.reauth.ms`, which a Strimzi Kafka's
+                    config may set; a connection not logged in again before its
+                    session ends is closed at its next request)
 
 Every kind of group Kafka 4.4 has is on with its defaults: classic, consumer (KIP-848),
 share (KIP-932: `share.version` 2 at format) and streams (KIP-1071: `streams.version` 1, and
@@ -54,9 +58,11 @@ LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where KAFKA_VERSION's jars are, if not
 NAMESPACE = "kafka"  # the Kubernetes namespace the names say
 CONTROLLER_PORT, REPLICATION_PORT = 9090, 9091
 LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095, "scram256": 9096,
-             "sasl": 9097}  # fmt: skip
+             "sasl": 9097, "reauth": 9099}  # fmt: skip
 PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "SSL",
-             "scram256": "SASL_PLAINTEXT", "sasl": "SASL_PLAINTEXT"}  # fmt: skip
+             "scram256": "SASL_PLAINTEXT", "sasl": "SASL_PLAINTEXT",
+             "reauth": "SASL_SSL"}  # fmt: skip
+REAUTH_MS = 3000  # the reauth listener's session lifetime
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-s3cret"
 MTLS_USER = "bob"
 START_TIMEOUT = 90.0
@@ -192,6 +198,9 @@ def broker_settings(
         "listener.name.scram256.sasl.enabled.mechanisms": "SCRAM-SHA-256",
         "listener.name.scram256.scram-sha-256.sasl.jaas.config":
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.reauth.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.reauth.scram-sha-512.connections.max.reauth.ms": str(REAUTH_MS),
         "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl.plain.sasl.jaas.config":
             "org.apache.kafka.common.security.plain.PlainLoginModule required "

@@ -174,10 +174,46 @@ class _Splitter:
         # and the bytes fed since, to be read on resume().
         self._stop: _Stop | None = None
         self._unfed: list[Chunk] = []
+        # Paused (see pause): nothing after the current frame passes until unpause().
+        self._pausing = False
 
     @property
     def mid_frame(self) -> bool:
         return bool(self._held) or self._pass_on > 0 or self._walk is not None
+
+    @property
+    def paused(self) -> bool:
+        """Paused, and the frame in progress when it was has passed on whole: what comes
+        now waits for unpause()."""
+        return self._pausing and self._between_frames
+
+    @property
+    def _between_frames(self) -> bool:
+        return self._size < 0 and not self.mid_frame
+
+    def pause(self) -> None:
+        """Let the frame in progress pass on whole, and hold back everything after it
+        (the tunnel's own login goes between frames). The I/O layer stops reading once
+        `paused`: what it read meanwhile is kept, at most one read's worth."""
+        self._pausing = True
+
+    def unpause(self) -> Fed:
+        """Go on: what was held back, to pass on now (it may stop at an answer, as feed)."""
+        self._pausing = False
+        if self._stop is not None:
+            return Fed([])
+        unfed, self._unfed = self._unfed, []
+        out: list[Chunk] = []
+        try:
+            for index, data in enumerate(unfed):
+                self._feed(memoryview(data), out)
+                if self._stop is not None:
+                    self._unfed.extend(unfed[index + 1 :])
+                    break
+        except ProtocolError:
+            self._before_error = self._fed(out)
+            raise
+        return self._fed(out)
 
     @property
     def unread(self) -> int:
@@ -249,7 +285,7 @@ class _Splitter:
     def feed(self, data: Chunk) -> Fed:
         """What of `data` (and what came before) passes on now."""
         out: list[Chunk] = []
-        if self._stop is not None:
+        if self._stop is not None or self.paused:
             self._unfed.append(data)
             return self._fed(out)
         view = memoryview(data)
@@ -291,6 +327,8 @@ class _Splitter:
         end = len(view)
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end and self._stop is None:
+            if self._pausing and self._between_frames:
+                break  # held back: to be read on unpause()
             if self._pass_on:
                 take = min(self._pass_on, end - pos)
                 if run < 0:
@@ -759,6 +797,15 @@ class Exchange:
     def waiting(self) -> int:
         return len(self.tracker)
 
+    def pause_requests(self) -> None:
+        """Hold back the client's requests after the one in progress (see _Splitter.pause):
+        the tunnel's own frames (a re-authentication) go to the broker in between."""
+        self._requests.pause()
+
+    def unpause_requests(self) -> Fed:
+        """The requests held back, to pass on now; after them the rest as it comes."""
+        return self._requests.unpause()
+
     @property
     def answered(self) -> bool:
         """Every request that expects an answer has had it, whole: nothing of one is held,
@@ -868,6 +915,8 @@ class Direction(Protocol):
 
     def feed(self, data: Chunk) -> Fed: ...
     @property
+    def paused(self) -> bool: ...
+    @property
     def unread(self) -> int: ...
     @property
     def awaited(self) -> int: ...
@@ -882,6 +931,7 @@ class _Untouched:
 
     unread = sys.maxsize
     awaited = 0
+    paused = False
 
     def feed(self, data: Chunk) -> Fed:
         return Fed([data])

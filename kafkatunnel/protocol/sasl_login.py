@@ -8,6 +8,12 @@ SaslAuthenticate requests carrying the mechanism's messages until it has nothing
 say. The newest SaslAuthenticate up to v2 is used: from v1 the broker's last answer says
 how long the session lasts (KIP-368), after which the connection must log in again.
 
+A re-authentication (KIP-368: the broker's session ran out, the connection goes on) is the
+same conversation without ApiVersions: Kafka's broker takes a SaslHandshake on a logged-in
+connection as the start of one (SocketServer hands it to
+KafkaChannel.maybeBeginServerReauthentication), and the SaslAuthenticate version is the one
+the first login used.
+
 The frames carry the tunnel's own correlation ids (from `first_correlation`): on a
 connection that re-authenticates they never meet the client's, which are not in flight
 then. The outcome does not depend on who logs in: LoggedIn with the session lifetime, or
@@ -43,11 +49,13 @@ MAX_ANSWER = 1 << 20  # a login's answers are small; a broker sending more is no
 @dataclass(frozen=True)
 class LoggedIn:
     """The broker accepted the login. `session_lifetime_ms`: how long it lasts (0: for
-    the connection's life, or a broker whose SaslAuthenticate v0 cannot say)."""
+    the connection's life, or a broker whose SaslAuthenticate v0 cannot say);
+    `authenticate_version`: the SaslAuthenticate version used, for re-authentication."""
 
     mechanism: str
     principal: str
     session_lifetime_ms: int
+    authenticate_version: int = NEWEST_AUTHENTICATE
 
 
 @dataclass(frozen=True)
@@ -80,18 +88,28 @@ Outcome = LoggedIn | LoginFailed
 
 class Login:
     """One login: `start()` gives the first frame, `feed(bytes)` the frames to send next;
-    `outcome` is set once the login ended either way (then nothing more is sent)."""
+    `outcome` is set once the login ended either way (then nothing more is sent).
+    `again`: re-authenticate a logged-in connection, with the LoggedIn of its last login."""
 
-    def __init__(self, mechanism: Mechanism, first_correlation: int = FIRST_CORRELATION) -> None:
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        first_correlation: int = FIRST_CORRELATION,
+        again: LoggedIn | None = None,
+    ) -> None:
         self.mechanism = mechanism
         self.outcome: Outcome | None = None
         self._correlation = first_correlation
         self._decoder = FrameDecoder(max_frame_size=MAX_ANSWER)
         self._awaiting: tuple[int, int, int] | None = None  # correlation, api key, version
-        self._authenticate_version = 0
+        self._again = again is not None
+        self._authenticate_version = 0 if again is None else again.authenticate_version
 
     def start(self) -> bytes:
-        """The first frame: ApiVersions v0, which every broker answers before a login."""
+        """The first frame: ApiVersions v0, which every broker answers before a login; or,
+        re-authenticating, the SaslHandshake."""
+        if self._again:
+            return self._handshake()
         return self._request(load_request_schema(API_VERSIONS, 0)())
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -144,8 +162,11 @@ class Login:
         if not handshake[0] <= HANDSHAKE_VERSION <= handshake[1]:
             return self._fail(None, "the broker offers no SaslHandshake v1")
         self._authenticate_version = min(high, NEWEST_AUTHENTICATE)
+        return [self._handshake()]
+
+    def _handshake(self) -> bytes:
         request: Any = load_request_schema(SASL_HANDSHAKE, HANDSHAKE_VERSION)
-        return [self._request(request(mechanism=self.mechanism.name))]
+        return self._request(request(mechanism=self.mechanism.name))
 
     def _after_handshake(self, response: Any) -> list[bytes]:
         code = int(response.error_code)
@@ -172,7 +193,8 @@ class Login:
             return [self._authenticate(reply)]
         lifetime = getattr(response, "session_lifetime", None)
         milliseconds = 0 if lifetime is None else _milliseconds(lifetime)
-        self.outcome = LoggedIn(self.mechanism.name, self.mechanism.principal, milliseconds)
+        self.outcome = LoggedIn(self.mechanism.name, self.mechanism.principal, milliseconds,
+                                self._authenticate_version)  # fmt: skip
         return []
 
     def _authenticate(self, message: bytes) -> bytes:

@@ -36,6 +36,20 @@ class ForwarderError(Exception):
         self.permanent = permanent
 
 
+class Reauthentication(ABC):
+    """A login whose session the broker ends after a while (KIP-368): the stream that
+    carries it must log in again before then, or the broker closes it."""
+
+    @abstractmethod
+    def due_in(self) -> float | None:
+        """Seconds until the login is to be done again (None: never)."""
+
+    @abstractmethod
+    async def again(self, upstream: Upstream) -> None:
+        """Log in again on `upstream`, which carries nothing else meanwhile. ForwarderError
+        if the broker refuses (the message says why) or the stream fails."""
+
+
 class Upstream(ABC):
     """A byte stream to one broker: descriptors (one socket for TCP; a process's stdout and
     stdin for exec), and the stream the relay reads and writes over them."""
@@ -44,6 +58,7 @@ class Upstream(ABC):
     write_fd: int
     on_gone: Callable[[], None] | None = None  # the far end went away without an EOF
     refused = False  # the far end refused this client for good (a TLS alert): no retry helps
+    reauthentication: Reauthentication | None = None  # the stream's login, to be done again
     _stream: ByteStream | None = None
 
     @property

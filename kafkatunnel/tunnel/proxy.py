@@ -40,6 +40,10 @@ HALF_CLOSED = 30.0
 # A silent one (or an upstream closed before any byte) makes the forwarder check its forward,
 # also when the client gave up first: an impatient client is no proof the forward works.
 FIRST_ANSWER = 3.0
+# Seconds a re-authentication waits for the answers to what the client sent before its
+# requests were held: a Fetch waits for records up to fetch.max.wait.ms (0.5 s by default),
+# any request at most request.timeout.ms (30 s by default).
+ANSWERS_BEFORE_LOGIN = 30.0
 
 
 class ClientConnection:
@@ -81,6 +85,10 @@ class ClientConnection:
         self._first_answer: asyncio.TimerHandle | None = None  # the deadline for it
         self._half_closed: asyncio.TimerHandle | None = None  # the client ended its sending
         self._answers_check: asyncio.Handle | None = None  # were those the last answers?
+        self._renewal: asyncio.TimerHandle | None = None  # the next re-authentication
+        self._renewing: asyncio.Task[None] | None = None
+        self._quiet: asyncio.Future[None] | None = None  # nothing in flight: log in again
+        self._quiet_check: asyncio.Handle | None = None
         self._done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -166,6 +174,73 @@ class ClientConnection:
         ]
         for pump in self.pumps:
             pump.start()
+        self._renew_later()
+
+    # -- the broker's session ending (KIP-368) -----------------------------------------------
+
+    def _renew_later(self) -> None:
+        """If the broker ends this connection's login after a while, log in again before."""
+        assert self.upstream is not None
+        renewal = self.upstream.reauthentication
+        due = None if renewal is None else renewal.due_in()
+        if due is None or self._closed or not isinstance(self.exchange, Exchange):
+            return
+        loop = asyncio.get_running_loop()
+        self._renewal = loop.call_later(due, self._renew)
+
+    def _renew(self) -> None:
+        self._renewal = None
+        self._renewing = asyncio.get_running_loop().create_task(self._reauthenticate())
+        self._tasks.add(self._renewing)
+        self._renewing.add_done_callback(self._tasks.discard)
+
+    async def _reauthenticate(self) -> None:
+        """Log in again on the same stream before the broker's session ends, as Kafka's own
+        clients do: the client's requests are held after the one in progress, the answers
+        to those sent come first, then the tunnel's login goes (its frames never reach the
+        client), then the held requests. The client sees a pause, never a closed
+        connection."""
+        exchange, upstream = self.exchange, self.upstream
+        assert isinstance(exchange, Exchange) and upstream is not None
+        renewal = upstream.reauthentication
+        assert renewal is not None
+        requests, responses = self.pumps
+        exchange.pause_requests()
+        self._quiet = asyncio.get_running_loop().create_future()
+        self._check_quiet()
+        try:
+            await asyncio.wait_for(self._quiet, ANSWERS_BEFORE_LOGIN)
+            await requests.drained()
+        except TimeoutError:
+            self.fail(f"upstream {self.endpoint.advertised}: the broker did not answer within "
+                      f"{ANSWERS_BEFORE_LOGIN:g}s before its login was to be renewed")  # fmt: skip
+            return
+        finally:
+            self._quiet = None
+        responses.hold()
+        try:
+            await renewal.again(upstream)
+        except ForwarderError as error:
+            self.fail(f"upstream {self.endpoint.advertised}: logging in again: {error}")
+            return
+        log.debug("%s: client %s: logged in again", self.endpoint.local, self.peer)
+        responses.release()
+        requests.go_on(exchange.unpause_requests())
+        self._renew_later()
+
+    def _quiet_soon(self) -> None:
+        """Check, once the bytes just read have passed through the Exchange, whether the
+        connection is quiet for the login."""
+        if self._quiet is not None and self._quiet_check is None:
+            self._quiet_check = asyncio.get_running_loop().call_soon(self._check_quiet)
+
+    def _check_quiet(self) -> None:
+        self._quiet_check = None
+        exchange, quiet = self.exchange, self._quiet
+        if quiet is None or quiet.done() or not isinstance(exchange, Exchange):
+            return
+        if exchange.requests.paused and exchange.answered:
+            quiet.set_result(None)
 
     def _refused(self, headers: Sequence[RequestHeader]) -> None:
         assert self.on_refused is not None
@@ -173,6 +248,8 @@ class ClientConnection:
 
     def _from_client(self, count: int) -> None:
         self.endpoint.bytes_in += count
+        if self._quiet is not None:
+            self._quiet_soon()
         if self._first_answer is None and not self._heard:
             signal = f"no answer within {FIRST_ANSWER:g}s on a new connection"
             loop = asyncio.get_running_loop()
@@ -180,6 +257,8 @@ class ClientConnection:
 
     def _from_broker(self, count: int) -> None:
         self.endpoint.bytes_out += count
+        if self._quiet is not None:
+            self._quiet_soon()
         if self.login is not None and not self._own_login_told:
             self._own_login()
         if not self._heard:
@@ -305,9 +384,12 @@ class ClientConnection:
             return
         self._closed = True
         self.endpoint.connections -= 1
-        for handle in (self._half_closed, self._answers_check):
+        for handle in (self._half_closed, self._answers_check, self._renewal,
+                       self._quiet_check):  # fmt: skip
             if handle is not None:
                 handle.cancel()
+        if self._renewing is not None:
+            self._renewing.cancel()  # what it read of the login goes nowhere now
         if self.recording is not None:
             self.recording.closed()
         for pump in self.pumps:

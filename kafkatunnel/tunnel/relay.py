@@ -121,6 +121,7 @@ class Pump:
         self._reading = False
         self._writing = False
         self._stopped = False
+        self._holding = False  # the owner reads the source meanwhile (see hold)
         # The last read returned less than it asked for: the source had no more then, so
         # the next read waits for the loop (which watches level-triggered), not for EAGAIN.
         self._short = False
@@ -136,9 +137,34 @@ class Pump:
     def stop(self) -> None:
         """Read no more; what was read is still written (see drained)."""
         self._stopped = True
-        if self._reading:
-            self.source.watch_reading(None)
-            self._reading = False
+        self._unwatch_source()
+
+    def hold(self) -> None:
+        """Read nothing until release(): the owner reads the source itself meanwhile (the
+        tunnel's re-authentication reads the broker's answers to it)."""
+        self._holding = True
+        self._unwatch_source()
+
+    def release(self) -> None:
+        """Read the source again, after hold()."""
+        self._holding = False
+        if not self.pending:
+            self._watch_source()
+
+    def go_on(self, fed: Fed) -> None:
+        """The direction was unpaused: write what it held back (`fed`, what unpausing it
+        gave), then read on."""
+        try:
+            self._take(fed)
+        except ProtocolError as error:
+            self._broken(error)
+            return
+        try:
+            self._flush()
+        except Exception as error:  # a bug costs this connection, never the event loop
+            log.debug("connection bug", exc_info=True)
+            self.close()
+            self.on_source_end(ConnectionBug(error))
 
     async def drained(self) -> None:
         """Until what was read is written (or writing it failed)."""
@@ -174,8 +200,12 @@ class Pump:
             self.on_source_end(ConnectionBug(error))
 
     def _read(self) -> bool:
-        """Read once: False if nothing was there, or the source ended."""
+        """Read once: False if nothing was there, or the source ended, or the direction
+        is paused (then the source is no longer watched until go_on)."""
         direction = self.direction
+        if direction.paused:
+            self._unwatch_source()
+            return False
         try:
             if self.zero_copy and (unread := direction.unread) >= SPLICE_MIN:
                 return self._splice_in(unread)
@@ -197,23 +227,27 @@ class Pump:
         self._short = len(data) < size
         self.on_bytes(len(data))
         try:
-            fed = direction.feed(data)
-            if self._observed:
-                self._pass_on(fed)
-            else:
-                self._out += fed.out
-            if fed.refused and self.on_refused is not None:
-                self.on_refused(fed.refused)
-            while fed.unknown_brokers:
-                if self.learn is None:
-                    raise RuntimeError("an answer names brokers, and nobody learns them")
-                self.learn(fed.unknown_brokers)
-                fed = self.direction.resume()
-                self._pass_on(fed)
+            self._take(direction.feed(data))
         except ProtocolError as error:
             self._broken(error)
             return False
         return True
+
+    def _take(self, fed: Fed) -> None:
+        """What the direction let pass, to be written (and observed, and its unknown brokers
+        learned first)."""
+        if self._observed:
+            self._pass_on(fed)
+        else:
+            self._out += fed.out
+        if fed.refused and self.on_refused is not None:
+            self.on_refused(fed.refused)
+        while fed.unknown_brokers:
+            if self.learn is None:
+                raise RuntimeError("an answer names brokers, and nobody learns them")
+            self.learn(fed.unknown_brokers)
+            fed = self.direction.resume()
+            self._pass_on(fed)
 
     def _broken(self, error: ProtocolError) -> None:
         """The source's bytes broke the protocol: what passed before them (whole frames
@@ -299,14 +333,17 @@ class Pump:
     # -- which stream is watched ------------------------------------------------------------
 
     def _watch_source(self) -> None:
-        if not self._reading and not self._stopped:
+        if not (self._reading or self._stopped or self._holding or self.direction.paused):
             self.source.watch_reading(self._readable)
             self._reading = True
 
-    def _watch_sink(self) -> None:
+    def _unwatch_source(self) -> None:
         if self._reading:
             self.source.watch_reading(None)
             self._reading = False
+
+    def _watch_sink(self) -> None:
+        self._unwatch_source()
         if not self._writing:
             self.sink.watch_writing(self._writable)
             self._writing = True

@@ -27,7 +27,9 @@ def _cells(e: dict[str, Any]) -> tuple[str, ...]:
         state = f"[yellow]{escape(e['route'])}[/]"
     login = e.get("login")
     if login:  # who the tunnel logs in as there (its name is the user's: never markup)
-        state += escape(f", as {login['principal']} ({login['mechanism']})")
+        renewed = login.get("reauthentications")
+        again = f"; sessions renewed {renewed}x" if renewed else ""
+        state += escape(f", as {login['principal']} ({login['mechanism']}{again})")
     errors = str(e["errors"])
     if e["last_error"]:
         errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"

@@ -243,3 +243,71 @@ def test_sasl_reauthentication_mid_connection_passes_unchanged_and_rewriting_goe
     received = b"".join(bytes(c) for a in answers for c in exchange.responses.feed(a).out)
     assert received == b"".join(expected)
     assert b"127.0.0.1" in expected[-1] and b"kafka-1.kafka" not in expected[-1]
+
+
+def frame_ends(stream: bytes) -> set[int]:
+    """Where each frame of `stream` ends."""
+    ends, at = set(), 0
+    while at < len(stream):
+        at += 4 + int.from_bytes(stream[at : at + 4], "big")
+        ends.add(at)
+    return ends
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 100_000), min_size=4, max_size=4),
+    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
+    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    pause_after=st.integers(0, 12),
+    records_only=st.booleans(),
+)
+def test_paused_requests_stop_at_the_end_of_the_frame_in_progress_and_go_on_whole(
+    sizes: list[int], cuts: list[int], unread: list[bool], pause_after: int, records_only: bool
+) -> None:
+    """The tunnel's re-authentication holds the client's requests between two frames: what
+    passes once paused ends where a frame ends, nothing more passes (nor may pass unread)
+    however the client's bytes come, and after it the held bytes pass as they were."""
+    requests, _, _ = conversation(sizes)
+    exchange = Exchange(tunnel_mapper, rewrite_caps(), records_only=records_only)
+    direction = exchange.requests
+    out: list[Chunk] = []
+    position = step = 0
+    paused_at = None
+    while position < len(requests):
+        if step == pause_after:
+            exchange.pause_requests()
+            paused_at = position
+        size = cuts[step % len(cuts)]
+        if unread[step % len(unread)] and direction.unread:
+            size = min(size, direction.unread, len(requests) - position)
+            direction.skip(size)
+            out.append(requests[position : position + size])
+        else:
+            out.extend(direction.feed(requests[position : position + size]).out)
+        position += size
+        step += 1
+    passed = b"".join(out)
+    assert requests.startswith(passed)
+    if paused_at is not None:
+        assert direction.paused and direction.unread == 0 and direction.awaited == 0
+        # the frame in progress when paused went on whole, and nothing after it
+        assert len(passed) == min(end for end in frame_ends(requests) | {0} if end >= paused_at)
+    rest = b"".join(exchange.unpause_requests().out)
+    assert passed + rest == requests
+    assert not direction.paused
+    direction.close()
+    assert exchange.waiting == 4  # every request observed once (the acks=0 Produce unanswered)
+
+
+def test_a_pause_between_frames_holds_everything_that_comes_next() -> None:
+    requests, _, _ = conversation([10, 10, 10, 10])
+    exchange = Exchange(tunnel_mapper, rewrite_caps())
+    first = int.from_bytes(requests[:4], "big") + 4
+    assert b"".join(exchange.requests.feed(requests[:first]).out) == requests[:first]
+    exchange.pause_requests()
+    assert exchange.requests.paused
+    assert exchange.requests.feed(requests[first:]).out == []
+    assert exchange.waiting == 1  # the held requests are not yet observed either
+    assert b"".join(exchange.unpause_requests().out) == requests[first:]
+    assert exchange.waiting == 4

@@ -226,7 +226,7 @@ def test_the_newest_sasl_authenticate_up_to_v2_is_used(offered: tuple[int, int],
     if used == 0:
         del fields["session_lifetime"]
     login.feed(answer(first, **fields))
-    assert login.outcome == LoggedIn("PLAIN", "alice", 60_000 if used else 0)
+    assert login.outcome == LoggedIn("PLAIN", "alice", 60_000 if used else 0, used)
 
 
 @pytest.mark.parametrize(
@@ -332,3 +332,31 @@ def test_user_names_are_escaped_as_rfc_5802_says() -> None:
     mechanism = Scram("SCRAM-SHA-512", "a=b,c", b"pw", nonce=lambda: b"n0nce")
     assert mechanism.first() == b"n,,n=a=3Db=2Cc,r=n0nce"
     assert b"r=" in Scram("SCRAM-SHA-512", "u", b"pw").first()  # a random nonce by default
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_a_re_authentication_starts_with_the_handshake_and_keeps_the_authenticate_version(
+    version: int,
+) -> None:
+    """KIP-368: on a logged-in connection the broker takes a SaslHandshake as the start of
+    a re-authentication; no ApiVersions comes first, and SaslAuthenticate keeps the version
+    the first login used."""
+    first = Login(Plain("alice", b"s3cret"))
+    login_frame = through_handshake(first, authenticate=(0, version))
+    fields = authenticated(60_000)
+    if version == 0:
+        del fields["session_lifetime"]
+    first.feed(answer(login_frame, **fields))
+    assert isinstance(first.outcome, LoggedIn)
+    again = Login(Plain("alice", b"s3cret"), again=first.outcome)
+    handshake = again.start()
+    assert sent(handshake)[1].__api_key__ == SASL_HANDSHAKE
+    assert sent(handshake)[0] == FIRST_CORRELATION
+    (authenticate,) = again.feed(answer(handshake, error_code=0, mechanisms=("PLAIN",)))
+    message = sent(authenticate)[1]
+    assert (message.__version__, message.auth_bytes) == (version, b"\0alice\0s3cret")
+    fields = authenticated(30_000)
+    if version == 0:
+        del fields["session_lifetime"]
+    again.feed(answer(authenticate, **fields))
+    assert again.outcome == LoggedIn("PLAIN", "alice", 30_000 if version else 0, version)
