@@ -11,6 +11,7 @@ the connections opened after it; those already open keep theirs)."""
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -74,9 +75,13 @@ FIXES = {
 }
 
 
-# When a session the broker ends is renewed: after this share of its lifetime (Kafka's own
-# client picks 85% to 95%, KIP-368), leaving the rest for the answers still in flight.
-REAUTHENTICATE_AT = 0.85
+# When a session the broker ends is renewed: after a share of its lifetime picked at random
+# in this range for each login, as Kafka's own client does (KIP-368), so that connections
+# opened together do not all pause together; the rest is for the answers still in flight.
+REAUTHENTICATE_WITHIN = (0.85, 0.95)
+# Kafka's broker refuses a re-authentication less than a second after the last one
+# (KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS).
+REAUTHENTICATE_AFTER = 1.0
 
 
 @dataclass
@@ -170,9 +175,9 @@ class LoginForwarder(WrappingForwarder):
         )
         if isinstance(outcome, LoginFailed):
             refused = LoginRefused(outcome, broker, self.credentials.source)
-            state.error, state.error_at = str(refused), time.time()
             if outcome.error_code is None and "closed" in outcome.message:
                 raise ForwarderError(str(refused))  # perhaps the stream, not the login
+            state.error, state.error_at = str(refused), time.time()
             raise refused
         state.session_lifetime_ms = outcome.session_lifetime_ms
         state.logged_in_at, state.error, state.error_at = time.time(), None, None
@@ -186,15 +191,18 @@ class SessionRenewal(Reauthentication):
     def __init__(self, forwarder: LoginForwarder, host: str, port: int, last: LoggedIn) -> None:
         self.forwarder = forwarder
         self.host, self.port = host, port
-        self.last = last
-        self.at = time.monotonic()
+        self._logged_in(last)
+
+    def _logged_in(self, outcome: LoggedIn) -> None:
+        self.last, self.at = outcome, time.monotonic()
+        self.share = random.uniform(*REAUTHENTICATE_WITHIN)
 
     def due_in(self) -> float | None:
         lifetime = self.last.session_lifetime_ms / 1000
         if not lifetime:
             return None
-        return max(0.0, lifetime * REAUTHENTICATE_AT - (time.monotonic() - self.at))
+        due = max(lifetime * self.share, REAUTHENTICATE_AFTER)
+        return max(0.0, due - (time.monotonic() - self.at))
 
     async def again(self, upstream: Upstream) -> None:
-        self.last = await self.forwarder.run(upstream, self.host, self.port, again=self.last)
-        self.at = time.monotonic()
+        self._logged_in(await self.forwarder.run(upstream, self.host, self.port, self.last))

@@ -41,9 +41,12 @@ HALF_CLOSED = 30.0
 # also when the client gave up first: an impatient client is no proof the forward works.
 FIRST_ANSWER = 3.0
 # Seconds a re-authentication waits for the answers to what the client sent before its
-# requests were held: a Fetch waits for records up to fetch.max.wait.ms (0.5 s by default),
-# any request at most request.timeout.ms (30 s by default).
-ANSWERS_BEFORE_LOGIN = 30.0
+# requests were held. A broker holds a Fetch up to fetch.max.wait.ms (0.5 s by default), but
+# a JoinGroup until the group's rebalance ends, up to the members' max.poll.interval.ms (300
+# s by default; Kafka's client waits that and 5 s more): waiting longer costs nothing on the
+# broker's side, which takes the login's handshake even after the session ran out, as long
+# as no other request came after it.
+ANSWERS_BEFORE_LOGIN = 330.0
 
 
 class ClientConnection:
@@ -183,13 +186,15 @@ class ClientConnection:
         assert self.upstream is not None
         renewal = self.upstream.reauthentication
         due = None if renewal is None else renewal.due_in()
-        if due is None or self._closed or not isinstance(self.exchange, Exchange):
+        if due is None or self._closed or self._ending or not isinstance(self.exchange, Exchange):
             return
         loop = asyncio.get_running_loop()
         self._renewal = loop.call_later(due, self._renew)
 
     def _renew(self) -> None:
         self._renewal = None
+        if self._closed or self._ending:
+            return
         self._renewing = asyncio.get_running_loop().create_task(self._reauthenticate())
         self._tasks.add(self._renewing)
         self._renewing.add_done_callback(self._tasks.discard)
@@ -202,31 +207,37 @@ class ClientConnection:
         connection."""
         exchange, upstream = self.exchange, self.upstream
         assert isinstance(exchange, Exchange) and upstream is not None
-        renewal = upstream.reauthentication
-        assert renewal is not None
         requests, responses = self.pumps
         exchange.pause_requests()
         self._quiet = asyncio.get_running_loop().create_future()
         self._check_quiet()
         try:
             await asyncio.wait_for(self._quiet, ANSWERS_BEFORE_LOGIN)
-            await requests.drained()
         except TimeoutError:
-            self.fail(f"upstream {self.endpoint.advertised}: the broker did not answer within "
-                      f"{ANSWERS_BEFORE_LOGIN:g}s before its login was to be renewed")  # fmt: skip
+            self.fail(f"upstream {self.endpoint.advertised}: the client's requests in flight "
+                      f"were not answered within {ANSWERS_BEFORE_LOGIN:g}s, so the broker's "
+                      "session could not be renewed on this connection; it is closed, and "
+                      "the client connects again")  # fmt: skip
             return
         finally:
             self._quiet = None
         responses.hold()
-        try:
-            await renewal.again(upstream)
-        except ForwarderError as error:
-            self.fail(f"upstream {self.endpoint.advertised}: logging in again: {error}")
+        try:  # as long as the first login may take, the last requests' writing included
+            await asyncio.wait_for(self._log_in_again(upstream), self.connect_timeout)
+        except (ForwarderError, TimeoutError) as error:
+            reason = str(error) or f"no answer within {self.connect_timeout:g}s"
+            self.fail(f"upstream {self.endpoint.advertised}: logging in again: {reason}")
             return
         log.debug("%s: client %s: logged in again", self.endpoint.local, self.peer)
         responses.release()
-        requests.go_on(exchange.unpause_requests())
+        requests.go_on(exchange.unpause_requests)
         self._renew_later()
+
+    async def _log_in_again(self, upstream: Upstream) -> None:
+        """Once the client's last requests are written: the login, on the same stream."""
+        assert upstream.reauthentication is not None
+        await self.pumps[0].drained()
+        await upstream.reauthentication.again(upstream)
 
     def _quiet_soon(self) -> None:
         """Check, once the bytes just read have passed through the Exchange, whether the

@@ -151,11 +151,11 @@ class Pump:
         if not self.pending:
             self._watch_source()
 
-    def go_on(self, fed: Fed) -> None:
-        """The direction was unpaused: write what it held back (`fed`, what unpausing it
-        gave), then read on."""
+    def go_on(self, unpause: Callable[[], Fed]) -> None:
+        """Unpause the direction (`unpause` does): write what it held back, then read on.
+        Bad bytes among those held end the source as bad bytes read would."""
         try:
-            self._take(fed)
+            self._take(unpause())
         except ProtocolError as error:
             self._broken(error)
             return

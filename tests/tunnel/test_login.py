@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kafkatunnel.protocol import Plain, Scram
-from kafkatunnel.tunnel.login import Credentials
+from kafkatunnel.protocol import LoggedIn, Plain, Scram
+from kafkatunnel.tunnel.forwarders import DirectForwarder
+from kafkatunnel.tunnel.login import Credentials, LoginForwarder, SessionRenewal
 
 pytestmark = pytest.mark.quick
 
@@ -29,3 +30,28 @@ def test_each_connection_gets_a_conversation_of_its_own_sharing_the_derived_key(
 def test_a_mechanism_the_tunnel_lacks_is_refused() -> None:
     with pytest.raises(ValueError, match="'GSSAPI' is not one of PLAIN, SCRAM-SHA-256"):
         Credentials("GSSAPI", "alice", b"pw")
+
+
+@pytest.mark.parametrize("lifetime_ms", [0, 800, 3000, 3_600_000])
+def test_a_session_is_renewed_within_85_to_95_percent_of_its_lifetime_and_a_second_apart(
+    lifetime_ms: int,
+) -> None:
+    """As Kafka's own client: a share of the lifetime picked at random per login (so that
+    connections opened together do not pause together), never less than the second the
+    broker insists on between two logins; a session for the connection's life is never
+    renewed."""
+    forwarder = LoginForwarder(DirectForwarder(), Credentials("PLAIN", "alice", b"pw"))
+    shares = set()
+    for _ in range(50):
+        renewal = SessionRenewal(
+            forwarder, "kafka-0", 9092, LoggedIn("PLAIN", "alice", lifetime_ms)
+        )
+        due = renewal.due_in()
+        if not lifetime_ms:
+            assert due is None
+            continue
+        assert due is not None
+        seconds = lifetime_ms / 1000
+        assert max(0.85 * seconds, 1.0) - 0.1 <= due <= max(0.95 * seconds, 1.0)
+        shares.add(round(due, 6))
+    assert lifetime_ms in (0, 800) or len(shares) > 1  # not the same moment for every one

@@ -173,3 +173,71 @@ def _encode_answer(records: int) -> bytes:
     from tests.kio_messages import encode
 
     return encode(_answer_with_endpoint("kafka-0.kafka-headless.ns.svc.cluster.local", records))
+
+
+@LOOPS
+@COPIES
+def test_bad_bytes_held_back_by_a_pause_end_the_pump_after_the_request_ahead_of_them(
+    uvloop: bool, zero_copy: bool
+) -> None:
+    """A pause (the tunnel logging in again) begins in the middle of a request; the read
+    that ends it brings a whole request and bad bytes, held back. On going on, the request
+    held ahead of the bad bytes is still written, then the Pump ends saying the protocol
+    broke, as for bad bytes read at any other time."""
+    first, second = ask(1), ask(2)
+
+    async def main() -> tuple[bytes, BaseException | None, bool]:
+        source, feeding = socket.socketpair()
+        sink, received = socket.socketpair()
+        for side in (source, sink):
+            side.setblocking(False)
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[BaseException | None] = loop.create_future()
+        read = asyncio.Event()
+        exchange = Exchange(Learner().registry.map, rewrite_caps())
+
+        def end(cause: BaseException | None) -> None:
+            if not ended.done():
+                ended.set_result(cause)
+
+        pump = Pump(
+            PlainStream(source.fileno(), source.fileno()),
+            PlainStream(sink.fileno(), sink.fileno()),
+            exchange.requests,
+            zero_copy=zero_copy,
+            on_bytes=lambda _: read.set(),
+            on_source_end=end,
+            on_sink_error=end,
+        )
+
+        async def until(condition: Callable[[], bool]) -> None:
+            while not condition():
+                read.clear()
+                await asyncio.wait_for(read.wait(), 10)
+
+        try:
+            feeding.sendall(first[:5])
+            pump.start()
+            await asyncio.wait_for(read.wait(), 10)  # the first bytes are read
+            exchange.pause_requests()
+            feeding.sendall(first[5:] + second + BROKEN["negative-size"])
+            await until(lambda: exchange.requests.paused)
+            held = not ended.done()
+            pump.go_on(exchange.unpause_requests)
+            cause = await asyncio.wait_for(ended, 10)
+            await asyncio.wait_for(pump.drained(), 10)
+        finally:
+            pump.close()
+            for side in (sink, source, feeding):
+                side.close()
+        received.settimeout(10)
+        got = b""
+        while chunk := received.recv(1 << 16):
+            got += chunk
+        received.close()
+        return got, cause, held
+
+    got, cause, held = run(main(), uvloop)
+    assert held  # nothing after the first request was read until going on
+    assert isinstance(cause, ProtocolError), cause
+    assert got == first + second
