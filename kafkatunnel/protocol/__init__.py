@@ -14,8 +14,10 @@ holds callers to these names).
 - Brokers: `BrokerAddress`, `Mapper` (what the tunnel's registry provides) and the
   rewriting of the answers that name them.
 - Coordinators: which broker a group or transaction lands on.
-- A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`), and the
-  answer Kafka gives an unauthorized client, built for a refused request (`refusal`).
+- A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`, and a
+  client's own SASL login when the tunnel logs in for it), and the answer Kafka gives an
+  unauthorized client, built for a refused request (`refusal`), or the tunnel's answer to
+  a client's own login (`own_login_answer`).
 - Logging in: `Login` (the tunnel's own SASL login to a broker) with a `Mechanism`
   (`Plain`, `Scram`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
@@ -57,6 +59,7 @@ from kafkatunnel.protocol.headers import (
     response_header_version,
     top_level_error,
 )
+from kafkatunnel.protocol.own_login import LOGIN_APIS, mechanisms_told, own_login_answer, told
 from kafkatunnel.protocol.passage import (
     REQUEST_HEAD,
     RESPONSE_HEAD,
@@ -78,7 +81,12 @@ from kafkatunnel.protocol.policy import (
     api_key_of,
     read_request,
 )
-from kafkatunnel.protocol.refusal import AUTHORIZATION_ERRORS, authorization_error, refusal
+from kafkatunnel.protocol.refusal import (
+    AUTHORIZATION_ERRORS,
+    authorization_error,
+    refusal,
+    refused_answer,
+)
 from kafkatunnel.protocol.rewrite import (
     REWRITTEN_APIS,
     BrokerAddress,
@@ -175,13 +183,18 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "partition_for",
     # a guard
     "AUTHORIZATION_ERRORS",
+    "LOGIN_APIS",
     "READ_ONLY",
     "Policy",
     "PolicyError",
     "api_key_of",
     "authorization_error",
+    "mechanisms_told",
+    "own_login_answer",
     "read_request",
     "refusal",
+    "refused_answer",
+    "told",
     # logging in
     "SCRAM_HASHES",
     "LoggedIn",

@@ -48,6 +48,12 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if is_flexible(api_key, api_version, EntityType.response) else 0
 
 
+def response_head(correlation_id: int, api_key: int, api_version: int) -> bytes:
+    """The header of an answer the tunnel writes itself (no tagged fields)."""
+    head = correlation_id.to_bytes(4, "big", signed=True)
+    return head + b"\x00" if response_header_version(api_key, api_version) == 1 else head
+
+
 _FIXED_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
 
 

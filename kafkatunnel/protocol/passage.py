@@ -39,7 +39,7 @@ from kafkatunnel.protocol.headers import (
     top_level_error,
 )
 from kafkatunnel.protocol.policy import Policy
-from kafkatunnel.protocol.refusal import refusal
+from kafkatunnel.protocol.refusal import refused_answer
 from kafkatunnel.protocol.rewrite import (
     BrokerAddress,
     Mapper,
@@ -834,11 +834,12 @@ class Exchange:
                 "answer, so the connection is closed"
             )
         try:
-            answer = refusal(whole, header, self.policy.reason)
+            answer = refused_answer(self.policy, whole, header)
         except Exception as error:  # kio's own errors: a request it cannot read
             raise RefusedUnanswerable(
-                f"{_api(key)} v{header.api_version} refused ({self.policy.reason}); its "
-                f"answer cannot be built ({error}), so the connection is closed"
+                f"{_api(key)} v{header.api_version} refused "
+                f"({self.policy.reason_for(key)}); its answer cannot be built ({error}), so "
+                "the connection is closed"
             ) from None
         self.tracker.request(header, True)  # answered in the broker's answer's place
         self.refusals[header.correlation_id] = answer

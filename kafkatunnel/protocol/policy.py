@@ -38,13 +38,15 @@ from kio.serial import entity_reader, entity_writer
 
 from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 from kafkatunnel.protocol.headers import RequestHeader
+from kafkatunnel.protocol.own_login import LOGIN_APIS, told
 from kafkatunnel.protocol.schema import api_title
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+API_VERSIONS = 18
 OFFSET_COMMIT, INIT_PRODUCER_ID, METADATA = 8, 22, 3
-# Never refused: every client opens with ApiVersions (and a refusal is answered in its
-# place, see passage), and a login must go on for anything else to.
-UNREFUSABLE = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+# Never refused by the user's flags: every client opens with ApiVersions (and a refusal is
+# answered in its place, see passage), and a login must go on for anything else to (the
+# client's own login is refused only when the tunnel logs in for it: Policy.login).
+UNREFUSABLE = frozenset({API_VERSIONS, *LOGIN_APIS})
 
 # What --read-only refuses, whatever the request says: by API name, so the list reads as
 # the documentation does.
@@ -116,6 +118,9 @@ class Policy:
     some: frozenset[int] = frozenset()
     read_only: bool = False
     reason: str = "the tunnel refuses it"  # what refused clients read in error messages
+    # Who the tunnel logs in as, when it does (`alice (SCRAM-SHA-256)`): the client's own
+    # SaslHandshake and SaslAuthenticate are refused then, and answered as own_login says.
+    login: str | None = None
 
     @classmethod
     def of(
@@ -153,6 +158,14 @@ class Policy:
         policy = cls(refused - allowed, some - allowed, read_only, reason)
         return policy if policy.refused or policy.some or read_only else None
 
+    @classmethod
+    def guarding(cls, policy: Policy | None, login: str | None) -> Policy | None:
+        """What a connection follows: the user's policy (None: none), and, when the tunnel
+        logs in as `login`, the refusal of the client's own login."""
+        if login is None:
+            return policy
+        return dataclasses.replace(policy or cls(frozenset()), login=login)
+
     def held(self, api_key: int) -> bool:
         """Whether a request of this API must be held whole to decide (refused, or maybe, or
         a Metadata request of read-only's, which may let the broker create topics)."""
@@ -160,7 +173,17 @@ class Policy:
             api_key in self.refused
             or api_key in self.some
             or (self.read_only and (api_key == METADATA or api_key not in api_key_map))
+            or self._own_login(api_key)
         )
+
+    def reason_for(self, api_key: int) -> str:
+        """Why a request of this API is refused, in words for messages."""
+        if self.login is not None and api_key in LOGIN_APIS:
+            return told(self.login)
+        return self.reason
+
+    def _own_login(self, api_key: int) -> bool:
+        return self.login is not None and api_key in LOGIN_APIS
 
     def amended(self, header: RequestHeader, frame_bytes: bytes) -> bytes | None:
         """The request as it goes on instead, when read-only changes it (a Metadata request
@@ -185,6 +208,8 @@ class Policy:
         """Whether this request (a whole frame, size prefix included) is refused."""
         key = header.api_key
         if key in self.refused or (self.read_only and key not in api_key_map):
+            return True
+        if self._own_login(key):  # the tunnel logs in: never the client (see own_login)
             return True
         if key not in self.some:
             return False

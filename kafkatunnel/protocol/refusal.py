@@ -25,8 +25,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from kafkatunnel.protocol.framing import frame
-from kafkatunnel.protocol.headers import RequestHeader, response_header_version
-from kafkatunnel.protocol.policy import read_request
+from kafkatunnel.protocol.headers import RequestHeader, response_head
+from kafkatunnel.protocol.own_login import LOGIN_APIS, own_login_answer
+from kafkatunnel.protocol.policy import Policy, read_request
 
 TOPIC = ErrorCode.topic_authorization_failed
 GROUP = ErrorCode.group_authorization_failed
@@ -70,6 +71,14 @@ def authorization_error(api_key: int) -> ErrorCode:
     return AUTHORIZATION_ERRORS.get(api_key, CLUSTER)
 
 
+def refused_answer(policy: Policy, request_frame: bytes, header: RequestHeader) -> bytes:
+    """The whole response frame to a request `policy` refuses: the client's own login when
+    the tunnel logs in (own_login), any other as Kafka refuses an unauthorized client."""
+    if policy.login is not None and header.api_key in LOGIN_APIS:
+        return own_login_answer(header, policy.login)
+    return refusal(request_frame, header, policy.reason)
+
+
 def refusal(request_frame: bytes, header: RequestHeader, reason: str) -> bytes:
     """The whole response frame refusing this request (a whole frame, size prefix included),
     with its correlation id. Raises (kio's errors, ProtocolError) for a request that cannot
@@ -80,9 +89,7 @@ def refusal(request_frame: bytes, header: RequestHeader, reason: str) -> bytes:
     fill = Fill(authorization_error(key), f"Authorization failed: {reason}", key)
     body = _answer(response_type, request, fill)
     out = io.BytesIO()
-    out.write(header.correlation_id.to_bytes(4, "big", signed=True))
-    if response_header_version(key, version) == 1:
-        out.write(b"\x00")  # no tagged fields in the header
+    out.write(response_head(header.correlation_id, key, version))
     entity_writer(response_type)(out, body)
     return frame(out.getvalue())
 

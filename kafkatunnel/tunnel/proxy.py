@@ -13,8 +13,8 @@ import ssl
 from collections.abc import Callable, Coroutine, Sequence
 
 from kafkatunnel.capture.recorder import Recording
-from kafkatunnel.probe import SASL_HANDSHAKE
 from kafkatunnel.protocol import (
+    LOGIN_APIS,
     BrokerAddress,
     Exchange,
     PassThrough,
@@ -281,14 +281,14 @@ class ClientConnection:
             self._answers_check = asyncio.get_running_loop().call_soon(self._end_if_answered)
 
     def _own_login(self) -> None:
-        """A client of a tunnel that logs in, logging in itself: the broker answers its
-        SaslHandshake with ILLEGAL_SASL_STATE (the connection is logged in already), which
-        says nothing of why; the log and status say it, once per connection."""
-        stats = self.exchange.stats
-        if not isinstance(self.exchange, Exchange) or not stats.requests.get(SASL_HANDSHAKE):
+        """A client of a tunnel that logs in, logging in itself: the tunnel answers its
+        SaslHandshake (or SaslAuthenticate) in the broker's place, saying why (see protocol
+        own_login); the log and status say it too, once per connection."""
+        refused = self.exchange.stats.refused
+        if not any(refused.get(key) for key in LOGIN_APIS):
             return
         self._own_login_told = True
-        message = (f"client {self.peer} sent a SASL login of its own, which the broker refuses: "
+        message = (f"client {self.peer} sent a SASL login of its own, which the tunnel answered: "
                    f"the tunnel logs in as {self.login}; the client must not (drop its "
                    "security.protocol and sasl.* settings)")  # fmt: skip
         log.warning("%s: %s", self.endpoint.local, message)

@@ -38,6 +38,7 @@ from kafkatunnel.probe import ProbeConnection, split_address, wanted_login
 from kafkatunnel.protocol import (
     COORDINATOR_ERRORS,
     DEFAULT_MAX_FRAME_SIZE,
+    LOGIN_APIS,
     BrokerAddress,
     Exchange,
     Mapper,
@@ -275,6 +276,9 @@ class Tunnel:
         # versions it can read, or the recording would leave their requests out.
         readable = readable_caps() if config.record_dir is not None else {}
         self.caps = {**readable, **rewrite_caps()}
+        # What each connection refuses: the user's policy and, when the tunnel logs in,
+        # the client's own login (answered by the tunnel: it never reaches the broker)
+        self.policy = Policy.guarding(config.policy, self._login_named)
         # Answers rewritten before, per audience (None: the tunnel's own addresses)
         self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()
@@ -653,6 +657,8 @@ class Tunnel:
         policy = self.config.policy
         assert policy is not None
         for header in headers:
+            if header.api_key in LOGIN_APIS:
+                continue  # its own login: the connection says so (ClientConnection._own_login)
             said = (header.client_id, header.api_key)
             if said in self._refusals_said or len(self._refusals_said) >= REFUSALS_SAID:
                 continue
@@ -701,7 +707,7 @@ class Tunnel:
             # a recording without payloads keeps no record data: let it pass unread
             records_only=self.recorder is not None and not self.recorder.payloads,
             answers=self._answers.setdefault(told, RewrittenAnswers()),  # one per audience
-            policy=self.config.policy,
+            policy=self.policy,
         )
 
     def _told(self, advertise: str) -> Mapper:

@@ -101,29 +101,34 @@ def test_groups_on_every_coordinator_through_the_tunnel(
 
 
 def test_transactions_on_every_coordinator_commit_and_abort(apache_kafka: ApacheKafka) -> None:
-    """A transactional id per transaction coordinator: one transaction committed and one
-    aborted each; a read_committed group sees exactly the committed records."""
-    topic = f"apache-txn-{uuid.uuid4().hex[:6]}"
-    spread = apache_kafka.groups_by_coordinator(1, prefix=f"{topic}-t", transactional=True)
-    assert sorted(spread) == [0, 1, 2]
     with tunnel(apache_kafka) as bootstrap:
-        for (transactional_id,) in spread.values():
-            producer = confluent_kafka.Producer(
-                {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
-            )
-            producer.init_transactions(60)
-            for outcome in ("commit", "abort"):
-                producer.begin_transaction()
-                for index in range(5):
-                    producer.produce(topic, f"{transactional_id}-{outcome}-{index}".encode())
-                if outcome == "commit":
-                    producer.commit_transaction(60)
-                else:
-                    producer.abort_transaction(60)
-        committed = consume_group(bootstrap, f"{topic}-rc", topic, 15, timeout=60,
-                                  config={"isolation.level": "read_committed"})  # fmt: skip
-        assert committed.consumed == 15 and committed.coordinator_errors == []
-        assert all(b"-commit-" in value for value in committed.values), committed.values
+        commit_and_abort_on_every_coordinator(apache_kafka, bootstrap, "apache-txn")
+
+
+def commit_and_abort_on_every_coordinator(kafka: ApacheKafka, bootstrap: str, prefix: str) -> None:
+    """A transactional id per transaction coordinator (librdkafka with no setting but
+    bootstrap.servers and transactional.id): one transaction committed and one aborted
+    each; a read_committed group sees exactly the committed records."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    spread = kafka.groups_by_coordinator(1, prefix=f"{topic}-t", transactional=True)
+    assert sorted(spread) == [0, 1, 2]
+    for (transactional_id,) in spread.values():
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+        )
+        producer.init_transactions(60)
+        for outcome in ("commit", "abort"):
+            producer.begin_transaction()
+            for index in range(5):
+                producer.produce(topic, f"{transactional_id}-{outcome}-{index}".encode())
+            if outcome == "commit":
+                producer.commit_transaction(60)
+            else:
+                producer.abort_transaction(60)
+    committed = consume_group(bootstrap, f"{topic}-rc", topic, 15, timeout=60,
+                              config={"isolation.level": "read_committed"})  # fmt: skip
+    assert committed.consumed == 15 and committed.coordinator_errors == []
+    assert all(b"-commit-" in value for value in committed.values), committed.values
 
 
 def test_kafkas_own_tools_through_the_tunnel(apache_kafka: ApacheKafka) -> None:

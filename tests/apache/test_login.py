@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -19,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import confluent_kafka.admin
 import pytest
+from confluent_kafka.cimpl import NewTopic
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import (
+    HEAP,
     LISTENERS,
     SCRAM_PASSWORD,
     SCRAM_USER,
@@ -31,15 +40,31 @@ from kafkatunnel.localcluster.apache import (
 )
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_groups, produce
-from kafkatunnel.protocol import LoggedIn, Login, Scram
+from kafkatunnel.protocol import (
+    FrameDecoder,
+    LoggedIn,
+    Login,
+    Scram,
+    response_body_offset,
+    response_correlation_id,
+)
 from kafkatunnel.waiting import wait_for
-from tests.apache.test_apache_kafka import recorded_messages, refused_login, tls_flags
-from tests.apache.test_clients import every_coordinator, java
+from tests.apache.test_apache_kafka import (
+    commit_and_abort_on_every_coordinator,
+    recorded_messages,
+    refused_login,
+    tls_flags,
+)
+from tests.apache.test_clients import every_coordinator, java, javascript, js_client
+from tests.kio_messages import decode, request_frame
 
 MESSAGES = 30
 INVALID_CREDENTIALS = ("Authentication failed during authentication due to invalid "
                        "credentials with SASL mechanism {}")  # Kafka's own words  # fmt: skip
 PASSWORD_VARIABLE = "KT_TEST_SASL_PASSWORD"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+__all__ = ["js_client"]  # a fixture, used by name
 
 
 def login_flags(mechanism: str, password_file: Path, user: str = SCRAM_USER) -> list[str]:
@@ -259,27 +284,148 @@ def test_a_password_changed_mid_run_fails_new_connections_with_kafkas_message(
     assert failed in " ".join(shown.split()), shown
 
 
-def test_a_client_that_logs_in_itself_is_refused_and_told_the_tunnel_does(
+OWN_LOGIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+             "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
+JAAS = f'{SCRAM_LOGIN_MODULE} required username="{SCRAM_USER}" password="{SCRAM_PASSWORD}";'
+# What each client says of the tunnel's answer to its SaslHandshake, word for word.
+LIBRDKAFKA_TOLD = (
+    "SASL SCRAM-SHA-256 mechanism handshake failed: Broker: Unsupported SASL mechanism: "
+    "broker's supported mechanisms: none: kafkatunnel logs in,as alice (SCRAM-SHA-256),"
+    "for its clients,drop security.protocol,sasl.* from this client"
+)
+JAVA_TOLD = (
+    "Client SASL mechanism 'SCRAM-SHA-256' not enabled in the server, enabled mechanisms "
+    "are [none: kafkatunnel logs in, as alice (SCRAM-SHA-256), for its clients, drop "
+    "security.protocol, sasl.* from this client]"
+)
+AUTHENTICATE_TOLD = ("kafkatunnel logs in for its clients, as alice (SCRAM-SHA-256): drop "
+                     "security.protocol and sasl.* from this client's settings")  # fmt: skip
+UP_TOLD = ("sent a SASL login of its own, which the tunnel answered: the tunnel logs in as "
+           f"{SCRAM_USER} (SCRAM-SHA-256); the client must not (drop its security.protocol "
+           "and sasl.* settings)")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def alice_up(
+    apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, ManagedProcess]]:
+    """One `up` in front of the SCRAM-SHA-256 listener, logging in as alice, for every
+    test that needs no other flag."""
+    password = secret_file(tmp_path_factory.mktemp("alice"), SCRAM_PASSWORD)
+    with up(apache_kafka, "scram256", *login_flags("SCRAM-SHA-256", password)) as running:
+        yield running
+
+
+def java_own_login(kafka: ApacheKafka, bootstrap: str, directory: Path) -> str:
+    """What Kafka's own kafka-topics (the Java AdminClient), given SASL settings of its
+    own, says when it lists topics through the tunnel."""
+    config = directory / "own-login.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in OWN_LOGIN.items()
+                              if k != "sasl.username" and k != "sasl.password")
+                      + f"sasl.jaas.config={JAAS}\n")  # fmt: skip
+    argv = ["java", *HEAP, "-cp", f"{kafka.lib}/*", "org.apache.kafka.tools.TopicCommand",
+            "--bootstrap-server", bootstrap, "--list", "--command-config", str(config)]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0, said
+    return " ".join(said.split())
+
+
+def by_hand(bootstrap: str) -> list[Any]:
+    """On one connection: a SaslAuthenticate with no handshake before it (as a KIP-368
+    re-authentication may send), a SaslHandshake, then a Metadata request; the answers."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    asked: list[Any] = [
+        SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=abcdef"),
+        SaslHandshakeRequest(mechanism="SCRAM-SHA-256"),
+        MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False),
+    ]  # fmt: skip
+    answers: list[Any] = []
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        decoder = FrameDecoder()
+        for correlation_id, request in enumerate(asked):
+            sock.sendall(request_frame(request, correlation_id))
+            got: list[bytes] = []
+            while not got:
+                data = sock.recv(65536)
+                assert data, f"the tunnel closed the connection after {len(answers)} answers"
+                got = decoder.feed(data)
+            assert (response_correlation_id(got[0]), len(got)) == (correlation_id, 1)
+            key, version = int(request.__api_key__), int(request.__version__)
+            body = got[0][response_body_offset(got[0], key, version) :]
+            answers.append(decode(load_response_schema(key, version), body))
+    return answers
+
+
+def test_a_client_that_logs_in_itself_is_told_by_the_tunnel_that_it_logs_in_and_as_whom(
+    apache_kafka: ApacheKafka, alice_up: tuple[str, ManagedProcess], tmp_path: Path
+) -> None:
+    """librdkafka and the Java client with SASL settings of their own, through a tunnel
+    that logs in: each says, in its own error, that kafkatunnel logs in, as alice, and
+    what to drop; so do status and up's log. A SaslAuthenticate sent without a handshake
+    is told the same, and the connection goes on (logged in as alice: Metadata is
+    answered); the tunnel serves a client with no settings as before."""
+    bootstrap, process = alice_up
+    assert LIBRDKAFKA_TOLD in refused_login(bootstrap, OWN_LOGIN)
+    assert JAVA_TOLD in java_own_login(apache_kafka, bootstrap, tmp_path)
+    authenticated, handshake, metadata = by_hand(bootstrap)
+    assert (authenticated.error_code, authenticated.error_message) == (
+        ErrorCode.sasl_authentication_failed, AUTHENTICATE_TOLD)  # fmt: skip
+    assert handshake.error_code == ErrorCode.unsupported_sasl_mechanism, handshake
+    assert sorted((b.node_id, b.host) for b in metadata.brokers) == [
+        (node, "127.0.0.1") for node in range(3)]  # the tunnel's, logged in as alice  # fmt: skip
+
+    def said_in_status() -> bool:
+        return any(UP_TOLD in str(e["last_error"]) for e in status(bootstrap)[0]["endpoints"])
+
+    wait_for(said_in_status, timeout=30, what="status to say the tunnel answered the login")
+    assert UP_TOLD in " ".join(process.output().split())
+    topic = f"login-after-own-{uuid.uuid4().hex[:6]}"
+    assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+
+
+@pytest.mark.parametrize("library", ["kafkajs", "platformatic"])
+def test_javascript_clients_with_no_security_settings_on_every_coordinator(
+    apache_kafka: ApacheKafka, alice_up: tuple[str, ManagedProcess], js_client: str,
+    library: str,
+) -> None:  # fmt: skip
+    """kafkajs and @platformatic/kafka given only the tunnel's address: produce, then a
+    group on every coordinator reads every message."""
+    every_coordinator(apache_kafka, alice_up[0], f"login-{library}", javascript(js_client, library))
+
+
+def test_transactions_through_the_login_commit_and_abort_on_every_coordinator(
+    apache_kafka: ApacheKafka, alice_up: tuple[str, ManagedProcess]
+) -> None:
+    commit_and_abort_on_every_coordinator(apache_kafka, alice_up[0], "login-txn")
+
+
+def test_read_only_and_the_login_together_each_refusal_in_its_own_words(
     apache_kafka: ApacheKafka, tmp_path: Path
 ) -> None:
-    """A client with its own SASL settings, through a tunnel that logs in: Kafka refuses its
-    SaslHandshake on the logged-in connection (ILLEGAL_SASL_STATE), and status and up's
-    log say that the tunnel logs in, as whom, and what the client must drop."""
-    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
-    own = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-           "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}  # fmt: skip
-    told = (f"sent a SASL login of its own, which the broker refuses: the tunnel logs in as "
-            f"{SCRAM_USER} (SCRAM-SHA-256); the client must not (drop its security.protocol "
-            "and sasl.* settings)")  # fmt: skip
+    """`up --read-only` that logs in: a client's own login is told the tunnel logs in (and
+    up's log says it once, not as a read-only refusal); creating a topic is refused as
+    read-only, in Kafka's error with read-only's reason; reading goes on, logged in as
+    alice."""
+    flags = ["--read-only", *login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))]
+    topic = f"login-read-only-{uuid.uuid4().hex[:6]}"
+    read_only = "the tunnel is read-only (kafkatunnel up --read-only)"
     with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
-        said = refused_login(bootstrap, own)
-
-        def said_in_status() -> bool:
-            return any(told in str(e["last_error"]) for e in status(bootstrap)[0]["endpoints"])
-
-        wait_for(said_in_status, timeout=30, what="status to say the tunnel logs in")
-    assert "Request not valid in current SASL state" in said, said  # Kafka's ILLEGAL_SASL_STATE
-    assert told in " ".join(process.output().split())
+        assert LIBRDKAFKA_TOLD in refused_login(bootstrap, OWN_LOGIN)
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+        assert sorted(admin.list_topics(timeout=30).brokers) == [0, 1, 2]
+        creating = admin.create_topics([NewTopic(topic, 1, 1)])[topic]
+        with pytest.raises(confluent_kafka.KafkaException) as raised:
+            creating.result(60)
+        error = raised.value.args[0]
+        assert error.code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+        assert read_only in error.str(), error
+        wait_for(lambda: "refused CreateTopics" in process.output(), timeout=30,
+                 what="up to log the refused CreateTopics")  # fmt: skip
+    said = " ".join(process.output().split())
+    assert UP_TOLD in said and "refused CreateTopics from client" in said, said
+    assert "refused SaslHandshake" not in said, said  # said once, as the login's
 
 
 def deliver(producer: confluent_kafka.Producer, topic: str, count: int) -> int:

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.quick
 READ_ONLY = Policy.of(read_only=True)
 assert READ_ONLY is not None
 REASON = READ_ONLY.reason
-API_VERSIONS = 18
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 
 
 def _stand_in(wire: bytes) -> tuple[int, int, int]:
@@ -244,13 +244,22 @@ CHANGING = {KEYS[name] for name in (
     requests=_requests(),
     read_only=st.booleans(),
     deny=st.sets(st.sampled_from(DENIABLE), max_size=4),
+    login=st.booleans(),
     cuts=st.lists(st.integers(1, 400), min_size=1, max_size=6),
 )
 def test_a_stream_of_every_api_and_version_passes_only_what_the_policy_allows(
-    requests: list[tuple[bytes, int, bool]], read_only: bool, deny: set[str], cuts: list[int]
+    requests: list[tuple[bytes, int, bool]],
+    read_only: bool,
+    deny: set[str],
+    login: bool,
+    cuts: list[int],
 ) -> None:
-    policy = Policy.of(read_only=read_only, deny=sorted(deny))
-    denied = {KEYS[name] for name in deny}
+    """The user's policy, and with a login of the tunnel's the client's own SASL login."""
+    policy = Policy.guarding(Policy.of(read_only=read_only, deny=sorted(deny)),
+                             "alice (PLAIN)" if login else None)  # fmt: skip
+    denied = {KEYS[name] for name in deny} | (
+        {SASL_HANDSHAKE, SASL_AUTHENTICATE} if login else set()
+    )
     exchange = Exchange(tunnel_mapper, rewrite_caps(), policy=policy)
 
     upstream = drive(exchange.requests, b"".join(w for w, _, _ in requests), cuts, [False])
