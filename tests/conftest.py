@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,14 @@ pytest_plugins = ["tests.scheduling"]
 # client compiler only, as the test brokers: a third less CPU for the same verdicts
 # (scripts/bench_test_jvms.py). A user's own SPARK_SUBMIT_OPTS is kept.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JIT)
+
+# kio's types register hypothesis strategies when hypothesis is installed (as here), and
+# the first registration builds hypothesis' Unicode table, cached in .hypothesis under the
+# working directory: 1.1 s of CPU in each process the tests start in a fresh tmp_path (a
+# `kafkatunnel` command, a verify worker, a Spark executor's Python). One cache for them all.
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", str(Path(__file__).resolve().parents[1] / ".hypothesis")
+)
 
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
 for _variable in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):
