@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,26 @@ pytest_plugins = ["tests.scheduling"]
 # (scripts/bench_test_jvms.py). A user's own SPARK_SUBMIT_OPTS is kept.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JIT)
 
+# kio's types register hypothesis strategies when hypothesis is installed (as here), and
+# the first registration builds hypothesis' Unicode table, cached in .hypothesis under the
+# working directory: 1.1 s of CPU in each process the tests start in a fresh tmp_path (a
+# `kafkatunnel` command, a verify worker, a Spark executor's Python). One cache for them all.
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(ROOT / ".hypothesis"))
+
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
 for _variable in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):
     os.environ.pop(_variable, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's controller (or a run without workers) compiles kafkatunnel once: the tests
+    start hundreds of `kafkatunnel` processes, and where PYTHONDONTWRITEBYTECODE is set
+    (or the tree is fresh) each would compile every module it imports again, 0.17 s of CPU
+    each. The files are Python's own __pycache__, ignored by git, checked against the source
+    on every import."""
+    if not hasattr(config, "workerinput"):
+        compileall.compile_dir(ROOT / "kafkatunnel", quiet=1)
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-# Session-scoped worlds that are worth a worker of their own: a JVM, a real Kubernetes. The
-# other session fixtures are cheap (the mock cluster starts in a second or two): each worker
-# has its own.
-SHARED_SESSION_WORLDS = frozenset({"spark", "kubernetes", "strimzi_kafka"})
+# Session-scoped worlds that are worth a worker of their own: a JVM. The other session
+# fixtures are cheap (the mock cluster starts in a second or two): each worker has its own.
+SHARED_SESSION_WORLDS = frozenset({"spark"})
 WIDER_THAN_A_TEST = frozenset({"class", "module", "package"})
 # What a `quick` test may not use: a cluster, a JVM, an engine, an API server
 WORLDS = frozenset({"cluster", "apache_kafka", "apache_kafka_3", "docker", "spark",

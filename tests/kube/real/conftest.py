@@ -1,6 +1,8 @@
-"""One real Kubernetes for the session (kafkatunnel/localcluster/kubernetes.py): etcd,
-kube-apiserver, the kubelet and containerd in a network namespace of their own, reached by
-the host's kubectl through a relay on loopback. Its first pod is an echo server."""
+"""One real Kubernetes for every test that needs it (kafkatunnel/localcluster/kubernetes.py):
+etcd, kube-apiserver, the kubelet and containerd in a network namespace of their own, reached
+by the host's kubectl through a relay on loopback. Its first pod is an echo server. They all
+live in this package, so the cluster and its Kafka pods stop as soon as these tests end, not
+idling beside the rest of the suite (0.13 of a core, the three brokers most of it)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ ECHO_PORT = 7000
 ECHO = ["/bin/busybox", "nc", "-ll", "-p", str(ECHO_PORT), "-e", "/bin/busybox", "cat"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubernetes() -> Iterator[KubernetesCluster]:
     """The one-node cluster, started once; after it stopped, nothing of it is left."""
     problem = isolation_problem()
@@ -29,14 +31,14 @@ def kubernetes() -> Iterator[KubernetesCluster]:
     assert not left, f"the cluster left behind: {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def echo_pod(kubernetes: KubernetesCluster) -> str:
     """A pod whose port 7000 sends back what it gets; its name."""
     kubernetes.run_pod("echo", ECHO, ports={"echo": ECHO_PORT}, labels={"app": "echo"})
     return "echo"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def strimzi_kafka(kubernetes: KubernetesCluster) -> Iterator[StrimziKafka]:
     """Three Apache Kafka nodes in pods of the cluster, as Strimzi lays out a Kafka with one
     node pool of combined nodes (kafkatunnel/localcluster/strimzi_pods.py), in namespace
