@@ -17,7 +17,7 @@ holds callers to these names).
 - A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`), and the
   answer Kafka gives an unauthorized client, built for a refused request (`refusal`).
 - Logging in: `Login` (the tunnel's own SASL login to a broker) with a `Mechanism`
-  (`Plain`, `Scram`), ending `LoggedIn` or `LoginFailed`.
+  (`Plain`, `Scram`, `OAuthBearer`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
 """
@@ -98,6 +98,7 @@ from kafkatunnel.protocol.sasl_mechanisms import (
     SCRAM_HASHES,
     Mechanism,
     MechanismError,
+    OAuthBearer,
     Plain,
     Scram,
 )
@@ -189,6 +190,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "LoginFailed",
     "Mechanism",
     "MechanismError",
+    "OAuthBearer",
     "Plain",
     "Scram",
     # reading messages by their schema
