@@ -7,7 +7,10 @@ the start check and the broker discovery all open their streams through it, and 
 them sees the login. Its frames go to the broker before any pump runs, so they never
 reach a client or a recording. The outcome per broker is kept for status: the principal,
 and the broker's message when its last login failed (a revoked or expired secret fails
-the connections opened after it; those already open keep theirs)."""
+the connections opened after it; those already open keep theirs).
+
+With OAUTHBEARER the secret is a bearer token from the identity provider's token endpoint
+(tunnel/oauth_token.py): each login takes the current one, which all share."""
 
 from __future__ import annotations
 
@@ -20,34 +23,49 @@ from kafkatunnel.protocol import (
     Login,
     LoginFailed,
     Mechanism,
+    OAuthBearer,
     Plain,
     Scram,
 )
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream, WrappingForwarder
+from kafkatunnel.tunnel.oauth_token import Token, TokenError, TokenSource
 
-MECHANISMS = ("PLAIN", *SCRAM_HASHES)
+MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
 class Credentials:
     """Who the tunnel logs in as. The password is held in memory only, as bytes, and never
     shown: repr names the mechanism and the user. `source`: where it came from, as the user
-    said it (--sasl-password-file FILE, --kafka-user NAME), for messages."""
+    said it (--sasl-password-file FILE, --kafka-user NAME), for messages. OAUTHBEARER:
+    the user is the client id, `tokens` the source of the tokens it logs in with."""
 
     mechanism: str
     username: str
     password: bytes = field(repr=False)
     source: str = ""
     _salted: dict[tuple[bytes, int], bytes] = field(default_factory=dict, repr=False, compare=False)
+    tokens: TokenSource | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"{self.mechanism!r} is not one of {', '.join(MECHANISMS)}")
+        if (self.mechanism == "OAUTHBEARER") != (self.tokens is not None):
+            raise ValueError("OAUTHBEARER, and only it, logs in with tokens from an endpoint")
 
-    def conversation(self) -> Mechanism:
-        """A new conversation for one connection (SCRAM's derived keys shared by all)."""
+    async def token(self) -> Token | None:
+        """The token a login sends now (OAUTHBEARER; None for the others): TokenError when
+        the endpoint gives none."""
+        return None if self.tokens is None else await self.tokens.current()
+
+    def conversation(self, token: Token | None = None) -> Mechanism:
+        """A new conversation for one connection (SCRAM's derived keys shared by all;
+        OAUTHBEARER's `token` from `token()`)."""
         if self.mechanism == "PLAIN":
             return Plain(self.username, self.password)
+        if self.mechanism == "OAUTHBEARER":
+            assert token is not None
+            return OAuthBearer(self.username, token.value)
         return Scram(self.mechanism, self.username, self.password, salted=self._salted)
 
 
@@ -56,7 +74,8 @@ class LoginRefused(ForwarderError):
     the same credentials will not help."""
 
     def __init__(self, failure: LoginFailed, broker: str, source: str = "") -> None:
-        fix = FIXES.get(failure.error_code or 0, "").format(source=source or "as given")
+        fixes = OAUTHBEARER_FIXES if failure.mechanism == "OAUTHBEARER" else FIXES
+        fix = fixes.get(failure.error_code or 0, "").format(source=source or "as given")
         super().__init__(f"broker {broker}: {failure.describe()}{fix}", permanent=True)
         self.failure = failure
 
@@ -65,6 +84,11 @@ class LoginRefused(ForwarderError):
 FIXES = {
     58: "; check the password ({source}) and that the user exists for this mechanism",
     33: "; give --sasl-mechanism one the listener enables",
+}
+OAUTHBEARER_FIXES = {
+    58: "; the broker does not take the token of {source}: check the audience and issuer "
+    "its listener expects and the keys it trusts (the token endpoint's)",
+    33: FIXES[33],
 }
 
 
@@ -78,9 +102,10 @@ class BrokerLogin:
     logged_in_at: float | None = None
     error: str | None = None
     error_at: float | None = None
+    token_expires_at: float | None = None  # OAUTHBEARER: when the token it sent ends
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        shown: dict[str, object] = {
             "mechanism": self.mechanism,
             "principal": self.principal,
             "session_lifetime_ms": self.session_lifetime_ms,
@@ -88,6 +113,9 @@ class BrokerLogin:
             "error": self.error,
             "error_at": self.error_at,
         }
+        if self.mechanism == "OAUTHBEARER":
+            shown["token_expires_at"] = self.token_expires_at
+        return shown
 
 
 async def log_in(upstream: Upstream, mechanism: Mechanism, broker: str) -> LoggedIn | LoginFailed:
@@ -125,10 +153,17 @@ class LoginForwarder(WrappingForwarder):
         return found.as_dict()
 
     async def open(self, host: str, port: int) -> Upstream:
-        upstream = await self.inner.open(host, port)
         broker = f"{host}:{port}"
         try:
-            outcome = await log_in(upstream, self.credentials.conversation(), broker)
+            token = await self.credentials.token()
+        except TokenError as no_token:
+            said = self.logins.setdefault((host, port), BrokerLogin(
+                self.credentials.mechanism, self.credentials.username))  # fmt: skip
+            said.error, said.error_at = str(no_token), time.time()
+            raise
+        upstream = await self.inner.open(host, port)
+        try:
+            outcome = await log_in(upstream, self.credentials.conversation(token), broker)
         except OSError as error:
             reason = await upstream.why_ended(error) or str(error)
             await upstream.discard()
@@ -149,4 +184,5 @@ class LoginForwarder(WrappingForwarder):
             raise refused
         state.session_lifetime_ms = outcome.session_lifetime_ms
         state.logged_in_at, state.error, state.error_at = time.time(), None, None
+        state.token_expires_at = None if token is None else token.expires_at
         return upstream
