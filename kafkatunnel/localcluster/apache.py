@@ -302,7 +302,7 @@ class ApacheKafka:
             configs = [self._configure(node) for node in range(self.nodes)]
             with ThreadPoolExecutor(self.nodes) as pool:
                 list(pool.map(self._format, configs))
-            if self.keycloak is not None:  # each broker reads the realm's keys as it starts
+            if self.keycloak is not None:  # a broker whose JWKS endpoint is down exits
                 self.keycloak.wait_ready()
                 self.keycloak.reachable_from(self.namespace)
             for node in range(self.nodes):

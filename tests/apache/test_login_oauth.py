@@ -22,6 +22,7 @@ from kafkatunnel.localcluster.keycloak import (
     CLIENT_ID,
     CLIENT_SECRET,
     ELSEWHERE_CLIENT_ID,
+    KEYCLOAK_VERSION,
     Keycloak,
 )
 from kafkatunnel.localcluster.processes import ManagedProcess
@@ -39,6 +40,7 @@ from tests.apache.test_login import (
 )
 
 __all__ = ["js_client"]  # a fixture, used by name
+ROOT = Path(__file__).resolve().parents[2]
 INVALID_TOKEN = '{"status":"invalid_token"}'  # what Kafka's OAuthBearerSaslServer says
 
 
@@ -197,3 +199,10 @@ def test_no_token_client_secret_or_bearer_is_recorded_logged_or_shown(
         f"no Produce to {topic} in {len(connections)} recorded connections")  # fmt: skip
     sasl = [m for messages in connections.values() for m, _ in messages if m.__api_key__ != 0]
     assert sasl == [], sasl  # no SaslHandshake, no SaslAuthenticate: the client sent none
+
+
+def test_the_fetched_keycloak_is_the_one_the_tests_run() -> None:
+    """scripts/keycloak/pom.xml (what the set-up fetches) is the one place its version is
+    changed: the launcher's constant agrees with it."""
+    pom = (ROOT / "scripts" / "keycloak" / "pom.xml").read_text()
+    assert f"<keycloak.version>{KEYCLOAK_VERSION}</keycloak.version>" in pom
