@@ -109,7 +109,7 @@ def test_the_token_is_refreshed_before_it_expires_and_new_connections_use_it(
             assert produce(bootstrap, topic, 3, timeout=20) == 3  # new connections
             seen = [login["token_expires_at"] for login in logins(status(bootstrap)[0]).values()]
             later = [v for v in seen if isinstance(v, float) and v > expiry]
-            return max(later) if later else None
+            return min(later) if later else None  # the second token (not a third, if slow)
 
         moved = wait_for(new_token_used, timeout=3 * BRIEF_LIFESPAN, interval=2,
                          what="a broker's login with a second token")  # fmt: skip
