@@ -183,6 +183,26 @@ kt_kafka_streams() {
     -Dkafka.version="$KT_KAFKA_VERSION"
 }
 
+# Keycloak, the identity provider of the tests' OAUTHBEARER listener
+# (kafkatunnel/localcluster/keycloak.py): its server distribution from Maven Central with
+# Maven, once, unpacked into a cache outside the repository at the version
+# scripts/keycloak/pom.xml pins, and built there once for the tests (an in-memory database),
+# so that each start is `kc.sh start --optimized`, with no build of its own.
+KT_KEYCLOAK_VERSION="$(sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' "$KT_ROOT/scripts/keycloak/pom.xml")"
+KT_KEYCLOAK_HOME="${KAFKATUNNEL_KEYCLOAK_HOME:-$HOME/.cache/kafkatunnel/keycloak-$KT_KEYCLOAK_VERSION}"
+kt_keycloak() {
+  if [ -f "$KT_KEYCLOAK_HOME/.kt-built" ]; then return 0; fi
+  kt_maven
+  kt_log "fetching Keycloak $KT_KEYCLOAK_VERSION from Maven Central into $KT_KEYCLOAK_HOME"
+  local partial="$KT_KEYCLOAK_HOME.partial"
+  rm -rf "$partial" "$KT_KEYCLOAK_HOME"
+  mvn -q -B -f "$KT_ROOT/scripts/keycloak/pom.xml" dependency:unpack -Dkt.home="$partial"
+  "$partial/keycloak-$KT_KEYCLOAK_VERSION/bin/kc.sh" build --db=dev-mem >/dev/null
+  touch "$partial/keycloak-$KT_KEYCLOAK_VERSION/.kt-built"
+  mv "$partial/keycloak-$KT_KEYCLOAK_VERSION" "$KT_KEYCLOAK_HOME"
+  rm -rf "$partial"
+}
+
 # Apicurio Registry, the real schema registry of the tests: its release from Maven Central,
 # assembled into a runnable server by Quarkus's build (scripts/apicurio-registry/pom.xml says
 # why that takes a build, and which release), into a cache outside the repository.

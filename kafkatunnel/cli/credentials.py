@@ -2,13 +2,15 @@
 --tls` and `--kafka-user NAME`: the cluster CA when no --tls-ca is given (Strimzi's,
 Confluent for Kubernetes' or Bitnami's secret, see kube/cluster_ca.py), and a Strimzi
 KafkaUser's certificate or SCRAM password; and the SASL login the flags name
-(--sasl-mechanism, its password read from a file or a variable, as the user)."""
+(--sasl-mechanism, its password, or OAUTHBEARER's client secret, read from a file or a
+variable, as the user)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import os
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -21,6 +23,7 @@ from kafkatunnel.kube.cluster_ca import CaSource
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import KubectlError
 from kafkatunnel.tunnel.login import Credentials
+from kafkatunnel.tunnel.oauth_token import TokenEndpoint, TokenSource
 from kafkatunnel.tunnel.tls import TlsOptions
 
 Found = tuple[TlsOptions | None, Credentials | None]
@@ -116,23 +119,50 @@ def _with_user(
 def sasl_login(flags: SaslFlags) -> Credentials | None:
     """The login --sasl-mechanism names, its password read (as the user) from the file or
     the variable; None without --sasl-mechanism. Each error names its flag."""
+    if flags.mechanism is not None and flags.mechanism.upper() == "OAUTHBEARER":
+        return _oauth_login(flags)
     if flags.mechanism is None or flags.username is None:
         return None
-    if flags.password_file is not None:
-        flag, source = "--sasl-password-file", f"--sasl-password-file {flags.password_file}"
+    password, source = _secret(flags.password_file, flags.password_env, "password",
+                               "--sasl-password")  # fmt: skip
+    return Credentials(flags.mechanism.upper(), flags.username, password, source)
+
+
+def _oauth_login(flags: SaslFlags) -> Credentials:
+    """OAUTHBEARER: the client's secret read now; the tokens fetched once the tunnel runs."""
+    assert flags.token_endpoint is not None and flags.client_id is not None
+    secret, source = _secret(flags.client_secret_file, flags.client_secret_env,
+                             "client secret", "--sasl-client-secret")  # fmt: skip
+    if flags.token_endpoint_ca is not None:
         try:
-            password = flags.password_file.read_bytes().rstrip(b"\r\n")
+            flags.token_endpoint_ca.read_bytes()
         except OSError as cause:
-            reason = f"cannot read {flags.password_file}: {cause.strerror or cause}"
+            reason = f"cannot read {flags.token_endpoint_ca}: {cause.strerror or cause}"
+            raise typer.BadParameter(reason, param_hint="--sasl-token-endpoint-ca") from None
+    endpoint = TokenEndpoint(flags.token_endpoint, flags.client_id, secret, flags.scope,
+                             flags.token_endpoint_ca, source)  # fmt: skip
+    return Credentials("OAUTHBEARER", flags.client_id, secret, source,
+                       tokens=TokenSource(endpoint))  # fmt: skip
+
+
+def _secret(file: Path | None, variable: str | None, what: str, flags: str) -> tuple[bytes, str]:
+    """A secret read (as the user) from `file` or the environment `variable`, and where it
+    came from as the flag says it; BadParameter naming `flags`-file or -env."""
+    if file is not None:
+        flag, source = f"{flags}-file", f"{flags}-file {file}"
+        try:
+            secret = file.read_bytes().rstrip(b"\r\n")
+        except OSError as cause:
+            reason = f"cannot read {file}: {cause.strerror or cause}"
             raise typer.BadParameter(reason, param_hint=flag) from None
     else:
-        assert flags.password_env is not None
-        flag, source = "--sasl-password-env", f"--sasl-password-env {flags.password_env}"
-        value = os.environ.get(flags.password_env)
+        assert variable is not None
+        flag, source = f"{flags}-env", f"{flags}-env {variable}"
+        value = os.environ.get(variable)
         if value is None:
-            raise typer.BadParameter(f"the environment variable {flags.password_env} is not "
-                                     "set", param_hint=flag)  # fmt: skip
-        password = value.encode()
-    if not password:
-        raise typer.BadParameter("the password is empty", param_hint=flag)
-    return Credentials(flags.mechanism.upper(), flags.username, password, source)
+            raise typer.BadParameter(f"the environment variable {variable} is not set",
+                                     param_hint=flag)  # fmt: skip
+        secret = value.encode()
+    if not secret:
+        raise typer.BadParameter(f"the {what} is empty", param_hint=flag)
+    return secret, source

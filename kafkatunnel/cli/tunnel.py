@@ -320,8 +320,8 @@ def up(
     sasl_mechanism: str | None = typer.Option(
         None,
         metavar="MECHANISM",
-        help="Log in to the brokers for the clients: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN "
-        "(clients then need no credentials).",
+        help="Log in to the brokers for the clients: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN or "
+        "OAUTHBEARER (clients then need no credentials).",
         rich_help_panel=LOGIN,
     ),
     sasl_username: str | None = typer.Option(
@@ -337,6 +337,37 @@ def up(
         None,
         metavar="VARIABLE",
         help="Environment variable holding --sasl-username's password.",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_token_endpoint: str | None = typer.Option(
+        None,
+        metavar="URL",
+        help="OAUTHBEARER: the identity provider's token endpoint; the tunnel asks it for "
+        "tokens with the client credentials grant.",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_client_id: str | None = typer.Option(
+        None, metavar="ID", help="OAUTHBEARER: the client id.", rich_help_panel=LOGIN
+    ),
+    sasl_client_secret_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="OAUTHBEARER: file holding --sasl-client-id's secret.",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_client_secret_env: str | None = typer.Option(
+        None,
+        metavar="VARIABLE",
+        help="OAUTHBEARER: environment variable holding --sasl-client-id's secret.",
+        rich_help_panel=LOGIN,
+    ),
+    sasl_scope: str | None = typer.Option(
+        None, metavar="SCOPE", help="OAUTHBEARER: the scope to ask for.", rich_help_panel=LOGIN
+    ),
+    sasl_token_endpoint_ca: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="OAUTHBEARER: the CA (PEM) of an https token endpoint (default: the system's).",
         rich_help_panel=LOGIN,
     ),
     service: list[str] = typer.Option(
@@ -426,7 +457,9 @@ def up(
                        (namespace,) if namespace else ()),
         tls=TlsFlags(tls, tls_ca, tls_cert, tls_key, tls_pkcs12, tls_password_file,
                      tls_insecure, client_tls, kafka_user, show_password),
-        sasl=SaslFlags(sasl_mechanism, sasl_username, sasl_password_file, sasl_password_env),
+        sasl=SaslFlags(sasl_mechanism, sasl_username, sasl_password_file, sasl_password_env,
+                       sasl_token_endpoint, sasl_client_id, sasl_client_secret_file,
+                       sasl_client_secret_env, sasl_scope, sasl_token_endpoint_ca),
         record=RecordFlags(None if record is None else Path(record), record_rotate,
                            record_payloads),
         limits=Limits(connect_timeout, start_timeout, max_connections, max_brokers),
@@ -465,9 +498,10 @@ def run_up(console: Console, options: UpOptions) -> None:
                                        tls_flags.show_password)  # fmt: skip
         login = login or user_login
     if login is not None and options.sasl.mechanism is not None:
+        tokens = "" if login.tokens is None else f" (tokens from {login.tokens.endpoint.url})"
         console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
-                      f"{login.mechanism}; clients need no credentials of their own",
-                      highlight=False)  # fmt: skip
+                      f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
+                      "their own", highlight=False)  # fmt: skip
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:

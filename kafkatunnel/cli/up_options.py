@@ -9,6 +9,7 @@ tunnel's own settings (addresses, limits, modes that go together) by TunnelConfi
 from __future__ import annotations
 
 import shutil
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ REACH, KUBE, SERVING, DNS, TLS = (
 RECORDING, LIMITS, RUNNING = "Recording", "Limits", "Running"
 GUARD = "Guarding a shared cluster"
 LOGIN = "Logging in (SASL)"
-SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
@@ -118,18 +119,33 @@ class TlsFlags:
 @dataclass(frozen=True)
 class SaslFlags:
     """The tunnel logs in to the brokers as this user (the password never a flag's value:
-    it would show in `ps`)."""
+    it would show in `ps`); with OAUTHBEARER, with tokens the token endpoint gives this
+    client (the client credentials grant; its secret never a flag's value either)."""
 
     mechanism: str | None = None
     username: str | None = None
     password_file: Path | None = None
     password_env: str | None = None
+    token_endpoint: str | None = None
+    client_id: str | None = None
+    client_secret_file: Path | None = None
+    client_secret_env: str | None = None
+    scope: str | None = None
+    token_endpoint_ca: Path | None = None
 
     def given(self) -> list[str]:
         return [flag for flag, value in (
             ("--sasl-mechanism", self.mechanism), ("--sasl-username", self.username),
             ("--sasl-password-file", self.password_file),
-            ("--sasl-password-env", self.password_env)) if value is not None]  # fmt: skip
+            ("--sasl-password-env", self.password_env), *self.oauth_given()
+        ) if value is not None]  # fmt: skip
+
+    def oauth_given(self) -> list[tuple[str, object]]:
+        return [(flag, value) for flag, value in (
+            ("--sasl-token-endpoint", self.token_endpoint), ("--sasl-client-id", self.client_id),
+            ("--sasl-client-secret-file", self.client_secret_file),
+            ("--sasl-client-secret-env", self.client_secret_env), ("--sasl-scope", self.scope),
+            ("--sasl-token-endpoint-ca", self.token_endpoint_ca)) if value is not None]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -287,9 +303,14 @@ def _check_sasl(sasl: SaslFlags, tls: TlsFlags, mode: str) -> None:
             "--kafka-user and --sasl-mechanism both say who logs in: give one",
             param_hint="--sasl-mechanism",
         )
-    if not sasl.username:
+    if sasl.mechanism.upper() == "OAUTHBEARER":
+        _check_oauth(sasl)
+    elif sasl.oauth_given():
+        raise typer.BadParameter("goes with --sasl-mechanism OAUTHBEARER",
+                                 param_hint=sasl.oauth_given()[0][0])  # fmt: skip
+    elif not sasl.username:
         raise typer.BadParameter("needs --sasl-username NAME", param_hint="--sasl-mechanism")
-    if (sasl.password_file is None) == (sasl.password_env is None):
+    elif (sasl.password_file is None) == (sasl.password_env is None):
         raise typer.BadParameter(
             "needs the password from one place: --sasl-password-file FILE or "
             "--sasl-password-env VARIABLE (never on the command line, where `ps` shows it)",
@@ -299,6 +320,42 @@ def _check_sasl(sasl: SaslFlags, tls: TlsFlags, mode: str) -> None:
         raise typer.BadParameter(
             "the tunnel logs in for its clients in rewrite mode; in transparent mode "
             "clients log in themselves",
+            param_hint="--sasl-mechanism",
+        )
+
+
+def _check_oauth(sasl: SaslFlags) -> None:
+    """OAUTHBEARER: a token endpoint, a client id and one source of its secret; no user
+    or password (the token says who)."""
+    for flag, value in (("--sasl-username", sasl.username),
+                        ("--sasl-password-file", sasl.password_file),
+                        ("--sasl-password-env", sasl.password_env)):  # fmt: skip
+        if value is not None:
+            raise typer.BadParameter("OAUTHBEARER logs in with a token: give --sasl-client-id "
+                                     "and its secret instead", param_hint=flag)  # fmt: skip
+    if not sasl.token_endpoint:
+        raise typer.BadParameter(
+            "OAUTHBEARER needs --sasl-token-endpoint URL (the identity provider's token endpoint)",
+            param_hint="--sasl-mechanism",
+        )
+    url = urllib.parse.urlsplit(sasl.token_endpoint)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise typer.BadParameter(f"{sasl.token_endpoint!r} is not an http(s) URL",
+                                 param_hint="--sasl-token-endpoint")  # fmt: skip
+    if url.username is not None or url.password is not None:
+        raise typer.BadParameter("names a user in the URL: give --sasl-client-id and its "
+                                 "secret instead", param_hint="--sasl-token-endpoint")  # fmt: skip
+    if sasl.token_endpoint_ca is not None and url.scheme != "https":
+        raise typer.BadParameter("goes with an https token endpoint",
+                                 param_hint="--sasl-token-endpoint-ca")  # fmt: skip
+    if not sasl.client_id:
+        raise typer.BadParameter("OAUTHBEARER needs --sasl-client-id ID",
+                                 param_hint="--sasl-mechanism")  # fmt: skip
+    if (sasl.client_secret_file is None) == (sasl.client_secret_env is None):
+        raise typer.BadParameter(
+            "needs the client secret from one place: --sasl-client-secret-file FILE or "
+            "--sasl-client-secret-env VARIABLE (never on the command line, where `ps` shows "
+            "it)",
             param_hint="--sasl-mechanism",
         )
 

@@ -17,6 +17,12 @@ and, beside Strimzi's, the other SASL logins Kafka has, in plaintext, for the sa
                     config may set; a connection not logged in again before its
                     session ends is closed at its next request)
 
+and, with `ApacheKafka(oauth=True)`, a listener whose tokens an identity provider gives
+(Keycloak, keycloak.py), started beside the cluster and ready before the brokers (each
+reads its keys as it starts, and does not start without them):
+
+    oauth     9098  SASL_PLAINTEXT, OAUTHBEARER, checked by Kafka's own validator
+
 Every kind of group Kafka 4.4 has is on with its defaults: classic, consumer (KIP-848),
 share (KIP-932: `share.version` 2 at format) and streams (KIP-1071: `streams.version` 1, and
 `streams` among `group.coordinator.rebalance.protocols`).
@@ -46,6 +52,7 @@ from pathlib import Path
 
 from kafkatunnel.localcluster.authority import Authority, Issued
 from kafkatunnel.localcluster.harness import ClusterBroker, groups_by_coordinator
+from kafkatunnel.localcluster.keycloak import Keycloak
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
@@ -58,10 +65,10 @@ LIB_VARIABLE = "KAFKATUNNEL_KAFKA_LIB"  # where KAFKA_VERSION's jars are, if not
 NAMESPACE = "kafka"  # the Kubernetes namespace the names say
 CONTROLLER_PORT, REPLICATION_PORT = 9090, 9091
 LISTENERS = {"plain": 9092, "tls": 9093, "scram": 9094, "mtls": 9095, "scram256": 9096,
-             "sasl": 9097, "reauth": 9099}  # fmt: skip
+             "sasl": 9097, "oauth": 9098, "reauth": 9099}  # fmt: skip
 PROTOCOLS = {"plain": "PLAINTEXT", "tls": "SSL", "scram": "SASL_SSL", "mtls": "SSL",
              "scram256": "SASL_PLAINTEXT", "sasl": "SASL_PLAINTEXT",
-             "reauth": "SASL_SSL"}  # fmt: skip
+             "oauth": "SASL_PLAINTEXT", "reauth": "SASL_SSL"}  # fmt: skip
 REAUTH_MS = 3000  # the reauth listener's session lifetime
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-s3cret"
 MTLS_USER = "bob"
@@ -150,21 +157,24 @@ def broker_settings(
     keystore: Path,
     clients_ca: Path,
     version: str = KAFKA_VERSION,
+    oauth: Keycloak | None = None,
 ) -> dict[str, str]:
     """A KRaft node's server.properties (broker and controller, as Strimzi's combined node
     pools run them) among `voters` (each node's name; node N is `voters[N]`, which it
     advertises), its listeners bound to `address`, with Strimzi's kinds of listener (see
-    LISTENERS); `keystore` is its key and certificate (PEM), `clients_ca` signs mTLS users."""
+    LISTENERS); `keystore` is its key and certificate (PEM), `clients_ca` signs mTLS users.
+    The `oauth` listener only with an identity provider (`oauth`) that its tokens come from."""
     nodes = len(voters)
+    listeners = {k: port for k, port in LISTENERS.items() if k != "oauth" or oauth}
     name = voters[node]
     quorum = ",".join(f"{n}@{host}:{CONTROLLER_PORT}" for n, host in enumerate(voters))
     listen = [f"CONTROLLER://{address}:{CONTROLLER_PORT}",
               f"REPLICATION://{address}:{REPLICATION_PORT}"]  # fmt: skip
-    listen += [f"{k.upper()}://{address}:{port}" for k, port in LISTENERS.items()]
+    listen += [f"{k.upper()}://{address}:{port}" for k, port in listeners.items()]
     told = [f"REPLICATION://{name}:{REPLICATION_PORT}"]
-    told += [f"{k.upper()}://{name}:{port}" for k, port in LISTENERS.items()]
+    told += [f"{k.upper()}://{name}:{port}" for k, port in listeners.items()]
     protocols = ["CONTROLLER:PLAINTEXT", "REPLICATION:PLAINTEXT"]
-    protocols += [f"{k.upper()}:{p}" for k, p in PROTOCOLS.items()]
+    protocols += [f"{k.upper()}:{PROTOCOLS[k]}" for k in listeners]
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(node),
@@ -209,6 +219,15 @@ def broker_settings(
     if not is_kafka_3(version):  # share groups' state (Kafka 4), sized to the cluster
         settings["share.coordinator.state.topic.replication.factor"] = str(min(3, nodes))
         settings["share.coordinator.state.topic.min.isr"] = str(min(2, nodes))
+    if oauth is not None:  # tokens checked by Kafka's own validator, against the realm's keys
+        settings.update(oauth.broker_settings())
+        settings["listener.name.oauth.sasl.enabled.mechanisms"] = "OAUTHBEARER"
+        settings["listener.name.oauth.oauthbearer.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        )
+        settings["listener.name.oauth.oauthbearer.sasl.server.callback.handler.class"] = (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+        )
     return settings
 
 
@@ -216,10 +235,15 @@ class ApacheKafka:
     """Start with `with ApacheKafka() as kafka:`; every process and file is gone on exit."""
 
     def __init__(
-        self, nodes: int = 3, version: str = KAFKA_VERSION, offsets_topic: bool = True
+        self,
+        nodes: int = 3,
+        version: str = KAFKA_VERSION,
+        offsets_topic: bool = True,
+        oauth: bool = False,
     ) -> None:
         """`offsets_topic=False`: ready once every broker is up, before anything has made
-        `__consumer_offsets`: the first group's look-up creates it, as on a new cluster."""
+        `__consumer_offsets`: the first group's look-up creates it, as on a new cluster.
+        `oauth`: the `oauth` listener too, with its identity provider (`self.keycloak`)."""
         self.nodes = nodes
         self.version = version
         self.offsets_topic = offsets_topic
@@ -229,6 +253,7 @@ class ApacheKafka:
         self.processes: list[ManagedProcess] = []
         self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.credentials: Credentials | None = None
+        self.keycloak = Keycloak() if oauth else None
 
     # -- what clients see ---------------------------------------------------------------------
 
@@ -279,10 +304,15 @@ class ApacheKafka:
         try:
             hosts = {broker_host(n): broker_address(n) for n in range(self.nodes)}
             self.namespace = NetworkNamespace(hosts=hosts)
+            if self.keycloak is not None:  # it starts while the nodes are formatted
+                self.keycloak.launch()
             self.credentials = self._certificates()
             configs = [self._configure(node) for node in range(self.nodes)]
             with ThreadPoolExecutor(self.nodes) as pool:
                 list(pool.map(self._format, configs))
+            if self.keycloak is not None:  # a broker whose JWKS endpoint is down exits
+                self.keycloak.wait_ready()
+                self.keycloak.reachable_from(self.namespace)
             for node in range(self.nodes):
                 self.processes.append(self._launch(node))
             self._wait_ready()
@@ -302,7 +332,8 @@ class ApacheKafka:
     def _launch(self, node: int) -> ManagedProcess:
         logging = self._logging()
         config = self.workdir / f"node-{node}.properties"
-        argv = ["java", *HEAP, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
+        oauth = [] if self.keycloak is None else self.keycloak.jvm_flags()
+        argv = ["java", *HEAP, *oauth, logging, "-cp", f"{self.lib}/*", "kafka.Kafka", str(config)]
         return ManagedProcess(self.inside(argv), name=f"kafka-{node}")
 
     def stop(self) -> None:
@@ -315,6 +346,8 @@ class ApacheKafka:
         with ThreadPoolExecutor(max(len(self.processes), 1)) as pool:
             list(pool.map(stop, self.processes))
         self.processes.clear()
+        if self.keycloak is not None:
+            self.keycloak.stop()
         if self.namespace is not None:
             self.namespace.close()
             self.namespace = None
@@ -347,7 +380,7 @@ class ApacheKafka:
         settings = broker_settings(
             node, voters, broker_address(node), self.workdir / f"node-{node}" / "data",
             self.workdir / "pki" / f"broker-{node}.pem", self.credentials.clients_ca,
-            self.version,
+            self.version, self.keycloak,
         )  # fmt: skip
         path = self.workdir / f"node-{node}.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))

@@ -19,7 +19,7 @@ holds callers to these names).
   unauthorized client, built for a refused request (`refusal`), or the tunnel's answer to
   a client's own login (`own_login_answer`).
 - Logging in: `Login` (the tunnel's own SASL login to a broker) with a `Mechanism`
-  (`Plain`, `Scram`), ending `LoggedIn` or `LoginFailed`.
+  (`Plain`, `Scram`, `OAuthBearer`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
 """
@@ -106,6 +106,7 @@ from kafkatunnel.protocol.sasl_mechanisms import (
     SCRAM_HASHES,
     Mechanism,
     MechanismError,
+    OAuthBearer,
     Plain,
     Scram,
 )
@@ -202,6 +203,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "LoginFailed",
     "Mechanism",
     "MechanismError",
+    "OAuthBearer",
     "Plain",
     "Scram",
     # reading messages by their schema

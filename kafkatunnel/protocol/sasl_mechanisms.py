@@ -9,10 +9,15 @@ sasl_login's.
   from a SCRAM library: Kafka hashes the password's UTF-8 bytes as they are (its
   ScramFormatter does no SASLprep), where a library that SASLpreps (scramp does, always)
   derives another key for a password SASLprep changes, and refuses some Kafka accepts.
+- OAUTHBEARER (RFC 7628): one message carrying a bearer token, as Kafka's
+  OAuthBearerSaslClient sends it; the token is an input (fetched elsewhere, by the I/O
+  layer). A broker that refuses the token says why in a challenge; the client answers
+  `%x01`, as RFC 7628 3.2.3 says, so that the broker ends the exchange with its error.
 
-Secrets stay inside the mechanism: its repr shows the user, never the password, and the
-salted password is kept (per salt and iteration count, as the broker names them) only so
-that each new connection does not spend milliseconds of the event loop deriving it again.
+Secrets stay inside the mechanism: its repr shows the user, never the password or the
+token, and the salted password is kept (per salt and iteration count, as the broker names
+them) only so that each new connection does not spend milliseconds of the event loop
+deriving it again.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -199,3 +205,37 @@ def _attributes(message: bytes, what: str) -> dict[str, bytes]:
             raise MechanismError(f"the {what} message is not SCRAM: {shown!r}")
         fields.setdefault(name.decode(), value)
     return fields
+
+
+GS2_CONTROL_A = b"\x01"  # RFC 7628's separator, and the client's answer to an error
+# RFC 6750's b64token: what a bearer token may hold (so it cannot break the message)
+BEARER_TOKEN = re.compile(rb"[A-Za-z0-9\-._~+/]+=*")
+
+
+class OAuthBearer(Mechanism):
+    """OAUTHBEARER: `n,,^Aauth=Bearer <token>^A^A` (no authzid, no extensions), as Kafka's
+    client sends it. `principal`: who the token stands for, for messages only."""
+
+    name = "OAUTHBEARER"
+
+    def __init__(self, principal: str, token: str) -> None:
+        self.principal = principal
+        self._token = token.encode("ascii", "replace")
+        self._state = "new"
+
+    def first(self) -> bytes:
+        if not BEARER_TOKEN.fullmatch(self._token):
+            raise ValueError("the token is not a bearer token (RFC 6750's b64token)")
+        self._state = "sent"
+        control = GS2_CONTROL_A
+        return GS2_HEADER + control + b"auth=Bearer " + self._token + control + control
+
+    def answer(self, challenge: bytes) -> bytes | None:
+        if self._state == "sent":
+            if not challenge:
+                self._state = "done"
+                return None  # the broker took the token
+            self._state = "error answered"
+            return GS2_CONTROL_A  # the broker's error message: it ends with its error next
+        raise MechanismError(f"an OAUTHBEARER message after the conversation ended "
+                             f"({self._state})")  # fmt: skip

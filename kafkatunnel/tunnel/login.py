@@ -7,7 +7,10 @@ the start check and the broker discovery all open their streams through it, and 
 them sees the login. Its frames go to the broker before any pump runs, so they never
 reach a client or a recording. The outcome per broker is kept for status: the principal,
 and the broker's message when its last login failed (a revoked or expired secret fails
-the connections opened after it; those already open keep theirs)."""
+the connections opened after it; those already open keep theirs).
+
+With OAUTHBEARER the secret is a bearer token from the identity provider's token endpoint
+(tunnel/oauth_token.py): each login takes the current one, which all share."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from kafkatunnel.protocol import (
     Login,
     LoginFailed,
     Mechanism,
+    OAuthBearer,
     Plain,
     Scram,
 )
@@ -31,30 +35,44 @@ from kafkatunnel.tunnel.forwarders import (
     Upstream,
     WrappingForwarder,
 )
+from kafkatunnel.tunnel.oauth_token import Token, TokenError, TokenSource
 
-MECHANISMS = ("PLAIN", *SCRAM_HASHES)
+MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
 class Credentials:
     """Who the tunnel logs in as. The password is held in memory only, as bytes, and never
     shown: repr names the mechanism and the user. `source`: where it came from, as the user
-    said it (--sasl-password-file FILE, --kafka-user NAME), for messages."""
+    said it (--sasl-password-file FILE, --kafka-user NAME), for messages. OAUTHBEARER:
+    the user is the client id, `tokens` the source of the tokens it logs in with."""
 
     mechanism: str
     username: str
     password: bytes = field(repr=False)
     source: str = ""
     _salted: dict[tuple[bytes, int], bytes] = field(default_factory=dict, repr=False, compare=False)
+    tokens: TokenSource | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"{self.mechanism!r} is not one of {', '.join(MECHANISMS)}")
+        if (self.mechanism == "OAUTHBEARER") != (self.tokens is not None):
+            raise ValueError("OAUTHBEARER, and only it, logs in with tokens from an endpoint")
 
-    def conversation(self) -> Mechanism:
-        """A new conversation for one connection (SCRAM's derived keys shared by all)."""
+    async def token(self) -> Token | None:
+        """The token a login sends now (OAUTHBEARER; None for the others): TokenError when
+        the endpoint gives none."""
+        return None if self.tokens is None else await self.tokens.current()
+
+    def conversation(self, token: Token | None = None) -> Mechanism:
+        """A new conversation for one connection (SCRAM's derived keys shared by all;
+        OAUTHBEARER's `token` from `token()`)."""
         if self.mechanism == "PLAIN":
             return Plain(self.username, self.password)
+        if self.mechanism == "OAUTHBEARER":
+            assert token is not None
+            return OAuthBearer(self.username, token.value)
         return Scram(self.mechanism, self.username, self.password, salted=self._salted)
 
 
@@ -63,7 +81,8 @@ class LoginRefused(ForwarderError):
     the same credentials will not help."""
 
     def __init__(self, failure: LoginFailed, broker: str, source: str = "") -> None:
-        fix = FIXES.get(failure.error_code or 0, "").format(source=source or "as given")
+        fixes = OAUTHBEARER_FIXES if failure.mechanism == "OAUTHBEARER" else FIXES
+        fix = fixes.get(failure.error_code or 0, "").format(source=source or "as given")
         super().__init__(f"broker {broker}: {failure.describe()}{fix}", permanent=True)
         self.failure = failure
 
@@ -72,6 +91,11 @@ class LoginRefused(ForwarderError):
 FIXES = {
     58: "; check the password ({source}) and that the user exists for this mechanism",
     33: "; give --sasl-mechanism one the listener enables",
+}
+OAUTHBEARER_FIXES = {
+    58: "; the broker does not take the token of {source}: check the audience and issuer "
+    "its listener expects and the keys it trusts (the token endpoint's)",
+    33: FIXES[33],
 }
 
 
@@ -95,9 +119,10 @@ class BrokerLogin:
     reauthentications: int = 0  # logins again on connections that stayed open (KIP-368)
     error: str | None = None
     error_at: float | None = None
+    token_expires_at: float | None = None  # OAUTHBEARER: when the token it sent ends
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        shown: dict[str, object] = {
             "mechanism": self.mechanism,
             "principal": self.principal,
             "session_lifetime_ms": self.session_lifetime_ms,
@@ -106,6 +131,9 @@ class BrokerLogin:
             "error": self.error,
             "error_at": self.error_at,
         }
+        if self.mechanism == "OAUTHBEARER":
+            shown["token_expires_at"] = self.token_expires_at
+        return shown
 
 
 async def log_in(
@@ -145,9 +173,10 @@ class LoginForwarder(WrappingForwarder):
         return found.as_dict()
 
     async def open(self, host: str, port: int) -> Upstream:
+        token = await self.token(host, port)
         upstream = await self.inner.open(host, port)
         try:
-            outcome = await self.run(upstream, host, port)
+            outcome = await self.run(upstream, host, port, token)
         except ForwarderError:
             await upstream.discard()
             raise
@@ -158,15 +187,32 @@ class LoginForwarder(WrappingForwarder):
         upstream.reauthentication = SessionRenewal(self, host, port, outcome)
         return upstream
 
-    async def run(
-        self, upstream: Upstream, host: str, port: int, again: LoggedIn | None = None
-    ) -> LoggedIn:
-        """Log in over `upstream` (again: re-authenticate after that login), noting the
-        outcome for status. LoginRefused if the broker refuses, ForwarderError if the
-        stream fails; the caller closes the stream then."""
-        broker = f"{host}:{port}"
+    async def token(self, host: str, port: int) -> Token | None:
+        """The token a login to host:port sends now (OAUTHBEARER; None for the others).
+        TokenError, noted for status, when the endpoint gives none."""
         try:
-            outcome = await log_in(upstream, self.credentials.conversation(), broker, again)
+            return await self.credentials.token()
+        except TokenError as no_token:
+            said = self.logins.setdefault((host, port), BrokerLogin(
+                self.credentials.mechanism, self.credentials.username))  # fmt: skip
+            said.error, said.error_at = str(no_token), time.time()
+            raise
+
+    async def run(
+        self,
+        upstream: Upstream,
+        host: str,
+        port: int,
+        token: Token | None,
+        again: LoggedIn | None = None,
+    ) -> LoggedIn:
+        """Log in over `upstream` (with `token`, for OAUTHBEARER; again: re-authenticate
+        after that login), noting the outcome for status. LoginRefused if the broker
+        refuses, ForwarderError if the stream fails; the caller closes the stream then."""
+        broker = f"{host}:{port}"
+        conversation = self.credentials.conversation(token)
+        try:
+            outcome = await log_in(upstream, conversation, broker, again)
         except OSError as error:
             reason = await upstream.why_ended(error) or str(error)
             raise ForwarderError(f"{broker}: during the login: {reason}") from None
@@ -182,6 +228,7 @@ class LoginForwarder(WrappingForwarder):
         state.session_lifetime_ms = outcome.session_lifetime_ms
         state.logged_in_at, state.error, state.error_at = time.time(), None, None
         state.reauthentications += again is not None
+        state.token_expires_at = None if token is None else token.expires_at
         return outcome
 
 
@@ -205,4 +252,6 @@ class SessionRenewal(Reauthentication):
         return max(0.0, due - (time.monotonic() - self.at))
 
     async def again(self, upstream: Upstream) -> None:
-        self._logged_in(await self.forwarder.run(upstream, self.host, self.port, self.last))
+        token = await self.forwarder.token(self.host, self.port)  # the current one
+        self._logged_in(await self.forwarder.run(upstream, self.host, self.port, token,
+                                                 self.last))  # fmt: skip

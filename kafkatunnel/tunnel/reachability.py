@@ -18,6 +18,7 @@ from kafkatunnel.probe import api_versions_request
 from kafkatunnel.protocol import FrameDecoder, ProtocolError
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
 from kafkatunnel.tunnel.login import LoginRefused
+from kafkatunnel.tunnel.oauth_token import TokenError
 from kafkatunnel.tunnel.tls import speaks_tls
 
 RETRY_PAUSE = 0.5  # between attempts: a kubectl forward or a VPN may need a moment
@@ -61,7 +62,7 @@ async def reach(
             raise Unreachable(cause) from None
         except ForwarderError as error:
             if error.permanent:
-                login = isinstance(error, LoginRefused)
+                login = isinstance(error, LoginRefused | TokenError)
                 raise Unreachable(str(error), refused=True, login=login) from None
             cause = str(error)
         except (ConnectionError, OSError, ProtocolError) as error:

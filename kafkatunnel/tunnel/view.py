@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.markup import escape
@@ -30,6 +31,9 @@ def _cells(e: dict[str, Any]) -> tuple[str, ...]:
         renewed = login.get("reauthentications")
         again = f"; sessions renewed {renewed}x" if renewed else ""
         state += escape(f", as {login['principal']} ({login['mechanism']}{again})")
+        if login.get("token_expires_at"):  # OAUTHBEARER: when the token it sent ends
+            until = time.strftime("%H:%M:%S", time.localtime(login["token_expires_at"]))
+            state += f", token until {until}"
     errors = str(e["errors"])
     if e["last_error"]:
         errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"

@@ -19,11 +19,12 @@ CLIENTS = Path(__file__).resolve().parent / "clients"
 
 @pytest.fixture(scope="package")
 def apache_kafka() -> Iterator[ApacheKafka]:
-    """Apache Kafka, three KRaft nodes in a network of their own."""
+    """Apache Kafka, three KRaft nodes in a network of their own, and the identity provider
+    of its `oauth` listener (Keycloak), started beside it."""
     problem = isolation_problem()
     if problem:
         pytest.skip(f"needs network isolation, which is unavailable: {problem}")
-    with ApacheKafka() as kafka:
+    with ApacheKafka(oauth=True) as kafka:
         yield kafka
 
 

@@ -1,0 +1,295 @@
+"""The bearer token the tunnel logs in with (OAUTHBEARER): fetched from the identity
+provider's token endpoint with the client credentials grant (RFC 6749 4.4), once, shared
+by every connection, and fetched again when 80% of its lifetime has passed (Kafka's
+client's default refresh window, sasl.login.refresh.window.factor), before it expires.
+
+The request and the reading of the answer are pure functions (`token_request`,
+`read_token_answer`); `TokenSource` is the thin I/O on top: urllib in a thread, no
+redirect followed, the answer read up to a bound. The endpoint's answer is input like any
+other: its size is bounded, its fields checked, and what it says when it refuses (RFC 6749
+5.2's `error` and `error_description`) is shown as printable text, cut short, with the
+client secret blanked should it echo it.
+
+Neither the token nor the client secret is ever in a repr, a message, a log or status:
+status has the token's expiry and subject only."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import math
+import re
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafkatunnel.tunnel.forwarders import ForwarderError
+
+log = logging.getLogger(__name__)
+
+REFRESH_WINDOW = 0.8  # Kafka's sasl.login.refresh.window.factor default
+MAX_ANSWER = 256 * 1024  # a token answer is a few KiB; more is not one
+MAX_LIFETIME = 366 * 24 * 3600.0  # seconds; a longer one is not believed
+MAX_SAID = 300  # characters of the endpoint's error text shown
+REQUEST_TIMEOUT = 15.0  # seconds per request to the endpoint
+RETRY_PAUSE = 5.0  # seconds between attempts when a refresh fails
+# RFC 6750's b64token: what a bearer token may hold
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+MAX_TOKEN = 64 * 1024
+
+
+class TokenError(ForwarderError):
+    """No token: the endpoint refused the client, or its answer cannot be used. The
+    message names the client id and the endpoint, and what the endpoint said."""
+
+
+@dataclass(frozen=True)
+class Token:
+    """A bearer token and what the tunnel knows of it. `lifetime`: seconds from
+    `received_at` (the tunnel's clock), which say when it is refreshed and when no longer
+    sent; `expires_at`: when it ends as the endpoint's clock says (the JWT's `exp` when it
+    has one), for status; `subject`: the JWT's `sub` (None: not a JWT, or none said)."""
+
+    value: str = field(repr=False)
+    lifetime: float
+    received_at: float
+    expires_at: float
+    subject: str | None = None
+
+    def ended(self, now: float) -> bool:
+        return now >= self.received_at + self.lifetime
+
+
+@dataclass(frozen=True)
+class TokenEndpoint:
+    """Where and as whom the tunnel asks for tokens. The client secret is held in memory
+    only and never shown; `source` says where it came from (--sasl-client-secret-file F)."""
+
+    url: str
+    client_id: str
+    client_secret: bytes = field(repr=False)
+    scope: str | None = None
+    ca: Path | None = None  # the CA that signs an https endpoint (None: the system's)
+    source: str = ""
+
+    def describe(self) -> str:
+        return f"client {self.client_id} at {self.url}"
+
+
+def token_request(endpoint: TokenEndpoint) -> tuple[bytes, dict[str, str]]:
+    """The client credentials grant's body and headers: the client authenticated with
+    HTTP Basic (RFC 6749 2.3.1, each part form-encoded), as Kafka's client sends it."""
+    form = {"grant_type": "client_credentials"}
+    if endpoint.scope:
+        form["scope"] = endpoint.scope
+    user = urllib.parse.quote_plus(endpoint.client_id).encode()
+    secret = urllib.parse.quote_plus(endpoint.client_secret).encode()
+    basic = base64.b64encode(user + b":" + secret).decode()
+    headers = {
+        "Authorization": f"Basic {basic}",
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Accept": "application/json",
+    }
+    return urllib.parse.urlencode(form).encode(), headers
+
+
+def read_token_answer(endpoint: TokenEndpoint, status: int, body: bytes, now: float) -> Token:
+    """The token in the endpoint's answer (HTTP `status`, `body`), received at wall-clock
+    `now`; TokenError naming the client, the endpoint and what it said otherwise."""
+    whom = endpoint.describe()
+    if len(body) > MAX_ANSWER:
+        size = f"{MAX_ANSWER // 1024} KiB"
+        raise TokenError(f"the token endpoint's answer to {whom} is over {size}: not a "
+                         "token answer", permanent=True)  # fmt: skip
+    try:
+        answer = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise TokenError(f"the token endpoint answered {whom} with HTTP {status} and no "
+                         "OAuth JSON object: is the URL the token endpoint?",
+                         permanent=True)  # fmt: skip
+    if status != 200 or "error" in answer:
+        said = _printable(answer.get("error"), endpoint) or "no error code"
+        description = _printable(answer.get("error_description"), endpoint)
+        if description:
+            said += f": {description}"
+        raise TokenError(f"the token endpoint refused {whom} (HTTP {status}): {said}"
+                         f"{_fix(answer.get('error'), endpoint)}", permanent=True)  # fmt: skip
+    value = answer.get("access_token")
+    if not (isinstance(value, str) and len(value) <= MAX_TOKEN and BEARER_TOKEN.fullmatch(value)):
+        raise TokenError(f"the token endpoint's answer to {whom} holds no bearer token "
+                         "(access_token)", permanent=True)  # fmt: skip
+    kind = answer.get("token_type")
+    if not isinstance(kind, str) or kind.lower() != "bearer":
+        shown = _printable(kind, endpoint) or "none"
+        raise TokenError(f"the token endpoint gave {whom} a token of type {shown}, not "
+                         "Bearer", permanent=True)  # fmt: skip
+    claims = jwt_claims(value)
+    expires_in = _seconds(answer.get("expires_in"))
+    exp, iat, subject = _seconds(claims.get("exp")), _seconds(claims.get("iat")), claims.get("sub")
+    if expires_in is not None:
+        lifetime = expires_in
+    elif exp is not None:
+        lifetime = exp - (now if iat is None else iat)
+    else:
+        raise TokenError(f"the token endpoint's answer to {whom} says no lifetime (no "
+                         "expires_in, and the token has no exp)", permanent=True)  # fmt: skip
+    if not 0 < lifetime <= MAX_LIFETIME:
+        raise TokenError(f"the token endpoint gave {whom} a token whose lifetime is "
+                         f"{lifetime:g} s: not believed", permanent=True)  # fmt: skip
+    expires_at = now + lifetime if exp is None else exp
+    shown_subject = subject if isinstance(subject, str) and subject.isprintable() else None
+    return Token(value, lifetime, now, expires_at, shown_subject and shown_subject[:MAX_SAID])
+
+
+def jwt_claims(token: str) -> dict[str, object]:
+    """A JWT's claims, unverified (the tunnel only reads when it expires and whom it names:
+    the broker is the one that checks it); {} for a token that is not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return {}
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError, RecursionError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def _seconds(value: object) -> float | None:
+    """A JSON number of seconds as a float; None for anything else (NaN, true, "60")."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _printable(value: object, endpoint: TokenEndpoint) -> str:
+    """What the endpoint said, as one line of printable text, cut short, the client secret
+    blanked (an endpoint that echoes it must not make the tunnel show it)."""
+    if not isinstance(value, str):
+        return ""
+    text = "".join(c if c.isprintable() else " " for c in value)[:MAX_SAID]
+    secret = endpoint.client_secret.decode("utf-8", "replace")
+    return text.replace(secret, "***") if secret else text
+
+
+def _fix(error: object, endpoint: TokenEndpoint) -> str:
+    if error in ("invalid_client", "unauthorized_client"):
+        return (f"; check the client id and the secret ({endpoint.source or 'as given'}), "
+                "and that the client may use the client credentials grant")  # fmt: skip
+    if error == "invalid_scope":
+        return "; check --sasl-scope"
+    return ""
+
+
+Fetch = Callable[[TokenEndpoint], tuple[int, bytes]]
+
+
+def http_fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+    """POST the grant to the endpoint (blocking: run it in a thread); the HTTP status and
+    at most MAX_ANSWER + 1 bytes of the body. TokenError when the endpoint cannot be
+    reached (naming it, never the request)."""
+    body, headers = token_request(endpoint)
+    request = urllib.request.Request(endpoint.url, data=body, headers=headers, method="POST")
+    context = None
+    if endpoint.url.startswith("https:"):
+        try:
+            context = ssl.create_default_context(
+                cafile=None if endpoint.ca is None else str(endpoint.ca)
+            )
+        except (OSError, ssl.SSLError) as cause:
+            raise TokenError(f"--sasl-token-endpoint-ca {endpoint.ca}: {cause}",
+                             permanent=True) from None  # fmt: skip
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=REQUEST_TIMEOUT) as answer:
+            return int(answer.status), answer.read(MAX_ANSWER + 1)
+    except urllib.error.HTTPError as answer:
+        with contextlib.closing(answer):
+            return int(answer.code), answer.read(MAX_ANSWER + 1)
+    except (urllib.error.URLError, OSError, ValueError) as cause:
+        reason = getattr(cause, "reason", None) or cause
+        raise TokenError(f"cannot reach the token endpoint {endpoint.url} for client "
+                         f"{endpoint.client_id}: {reason}") from None  # fmt: skip
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as it is: the grant (and the secret) go to the URL given."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+class TokenSource:
+    """The current token for every login: fetched on first use, fetched again in the
+    background once REFRESH_WINDOW of its lifetime has passed (until then, and while a
+    refresh fails, the one held is used as long as it is valid)."""
+
+    def __init__(
+        self,
+        endpoint: TokenEndpoint,
+        fetch: Fetch = http_fetch,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoint = endpoint
+        self.fetches = 0  # tokens received, for status
+        self.last_error: str | None = None
+        self._fetch = fetch
+        self._clock = clock
+        self._token: Token | None = None
+        self._refresh_at = 0.0  # wall clock
+        self._lock = asyncio.Lock()
+        self._refresher: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"TokenSource({self.endpoint.describe()})"
+
+    @property
+    def token(self) -> Token | None:
+        return self._token
+
+    async def current(self) -> Token:
+        """A token valid now: the one held, or a new one (TokenError if none comes)."""
+        token = self._token
+        if token is None or token.ended(self._clock()):
+            token = await self._renew(token)
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+        return token
+
+    def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+
+    async def _renew(self, seen: Token | None) -> Token:
+        async with self._lock:  # one request at a time; those waiting take its token
+            if self._token is not None and self._token is not seen:
+                return self._token
+            status, body = await asyncio.to_thread(self._fetch, self.endpoint)
+            token = read_token_answer(self.endpoint, status, body, self._clock())
+            self._token, self.last_error = token, None
+            self._refresh_at = self._clock() + REFRESH_WINDOW * token.lifetime
+            self.fetches += 1
+            log.info("OAUTHBEARER: a token for %s, valid for %.0f s",
+                     self.endpoint.describe(), token.lifetime)  # fmt: skip
+            return token
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.0, self._refresh_at - self._clock()))
+            try:
+                await self._renew(self._token)
+            except TokenError as cause:
+                self.last_error = str(cause)
+                log.warning("OAUTHBEARER: the token was not refreshed: %s", cause)
+                self._refresh_at = self._clock() + RETRY_PAUSE

@@ -1,0 +1,208 @@
+"""`up --sasl-mechanism OAUTHBEARER`: the tunnel asks a real identity provider (Keycloak,
+localcluster/keycloak.py) for tokens with the client credentials grant and logs in with
+them on Apache Kafka's `oauth` listener, where Kafka's own validator checks each token
+against the realm's keys, audience and issuer. The clients (librdkafka, the Java client,
+a pure-JavaScript client) are given `bootstrap.servers` and nothing else; Keycloak's and
+Kafka's own answers say whether the login was right."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from kafkatunnel.localcluster.apache import LISTENERS, ApacheKafka, broker_host
+from kafkatunnel.localcluster.keycloak import (
+    BRIEF_CLIENT_ID,
+    BRIEF_LIFESPAN,
+    CLIENT_ID,
+    CLIENT_SECRET,
+    ELSEWHERE_CLIENT_ID,
+    KEYCLOAK_VERSION,
+    Keycloak,
+)
+from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.localcluster.workload import produce
+from kafkatunnel.waiting import wait_for
+from tests.apache.test_apache_kafka import recorded_messages
+from tests.apache.test_clients import every_coordinator, java, javascript, js_client
+from tests.apache.test_login import (
+    MESSAGES,
+    groups_everywhere,
+    secret_file,
+    status,
+    up,
+    up_argv,
+)
+
+__all__ = ["js_client"]  # a fixture, used by name
+ROOT = Path(__file__).resolve().parents[2]
+INVALID_TOKEN = '{"status":"invalid_token"}'  # what Kafka's OAuthBearerSaslServer says
+
+
+def keycloak_of(kafka: ApacheKafka) -> Keycloak:
+    assert kafka.keycloak is not None, "the apache_kafka fixture starts Keycloak"
+    return kafka.keycloak
+
+
+def oauth_flags(kafka: ApacheKafka, secret: Path, client: str = CLIENT_ID) -> list[str]:
+    return ["--sasl-mechanism", "OAUTHBEARER",
+            "--sasl-token-endpoint", keycloak_of(kafka).token_endpoint,
+            "--sasl-client-id", client, "--sasl-client-secret-file", str(secret)]  # fmt: skip
+
+
+def logins(read: dict[str, object]) -> dict[str, dict[str, object]]:
+    endpoints = read["endpoints"]
+    assert isinstance(endpoints, list)
+    return {e["advertised"]: e["login"] for e in endpoints}
+
+
+def test_oauthbearer_clients_with_no_settings_on_every_coordinator(
+    apache_kafka: ApacheKafka, java_classes: str, js_client: str, tmp_path: Path
+) -> None:
+    """The tunnel logs in with Keycloak's token on every connection: librdkafka, a Java
+    consumer and a pure-JavaScript client (bootstrap.servers, group.id, nothing else)
+    produce and consume in groups on every coordinator; status names the client and the
+    token's expiry per broker."""
+    flags = oauth_flags(apache_kafka, secret_file(tmp_path, CLIENT_SECRET))
+    with up(apache_kafka, "oauth", *flags) as (bootstrap, process):
+        groups_everywhere(apache_kafka, bootstrap, "oauth-rdkafka")
+        every_coordinator(apache_kafka, bootstrap, "oauth-java", java(java_classes, "classic"))
+        every_coordinator(apache_kafka, bootstrap, "oauth-js", javascript(js_client, "kafkajs"))
+        read, shown = status(bootstrap)
+        said = process.output()
+    oauth = LISTENERS["oauth"]
+    found = logins(read)
+    assert set(found) >= {f"{broker_host(n)}:{oauth}" for n in range(3)}, found
+    now = time.time()
+    for login in found.values():
+        assert (login["principal"], login["mechanism"], login["error"]) == (
+            CLIENT_ID, "OAUTHBEARER", None)  # fmt: skip
+        expires = login["token_expires_at"]
+        assert isinstance(expires, float) and now < expires < now + 400, login
+    flat = " ".join(shown.split())
+    assert f"as {CLIENT_ID} (OAUTHBEARER), token until" in flat, shown
+    assert f"SASL: the tunnel logs in as {CLIENT_ID} with OAUTHBEARER (tokens from " \
+        f"{keycloak_of(apache_kafka).token_endpoint})" in " ".join(said.split())  # fmt: skip
+
+
+def test_the_token_is_refreshed_before_it_expires_and_new_connections_use_it(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A client whose tokens live BRIEF_LIFESPAN seconds: a second token is fetched at 80%
+    of the first one's lifetime, before it ends, and the connections opened after it log in
+    with it (status shows each broker's token expiry move on, by less than a lifetime)."""
+    flags = oauth_flags(apache_kafka, secret_file(tmp_path, CLIENT_SECRET), BRIEF_CLIENT_ID)
+    topic = f"oauth-refresh-{uuid.uuid4().hex[:6]}"
+    with up(apache_kafka, "oauth", *flags) as (bootstrap, _):
+        assert produce(bootstrap, topic, 6) == 6
+        first = {a: login["token_expires_at"] for a, login in logins(status(bootstrap)[0]).items()
+                 if login["token_expires_at"] is not None}  # fmt: skip
+        assert first, "no broker logged in"
+        expiry = max(v for v in first.values() if isinstance(v, float))
+
+        def new_token_used() -> float | None:
+            assert produce(bootstrap, topic, 3, timeout=20) == 3  # new connections
+            seen = [login["token_expires_at"] for login in logins(status(bootstrap)[0]).values()]
+            later = [v for v in seen if isinstance(v, float) and v > expiry]
+            return min(later) if later else None  # the second token (not a third, if slow)
+
+        moved = wait_for(new_token_used, timeout=3 * BRIEF_LIFESPAN, interval=2,
+                         what="a broker's login with a second token")  # fmt: skip
+    # The second token was issued before the first one ended: 80% of a lifetime later
+    assert 0 < moved - expiry < BRIEF_LIFESPAN - 1, (expiry, moved)
+
+
+def test_a_wrong_client_secret_stops_up_at_start_with_the_endpoints_message(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    wrong = "not-the-client-s3cret"
+    endpoint = keycloak_of(apache_kafka).token_endpoint
+    flags = oauth_flags(apache_kafka, secret_file(tmp_path, wrong))
+    result = subprocess.run(up_argv(apache_kafka, "oauth", *flags), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    told = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in told, told
+    assert (f"the tunnel cannot log in: the token endpoint refused client {CLIENT_ID} at "
+            f"{endpoint} (HTTP 401): unauthorized_client: Invalid client or Invalid client "
+            "credentials; check the client id and the secret (--sasl-client-secret-file "
+            f"{tmp_path / 'password'})") in told, told  # fmt: skip
+    assert wrong not in result.stdout + result.stderr
+
+
+def test_a_token_the_broker_refuses_stops_up_at_start_with_kafkas_message(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A client whose tokens are for some other audience: Keycloak gives them, Kafka's
+    validator refuses them, and up says what Kafka said, naming the mechanism and client."""
+    flags = oauth_flags(apache_kafka, secret_file(tmp_path, CLIENT_SECRET), ELSEWHERE_CLIENT_ID)
+    result = subprocess.run(up_argv(apache_kafka, "oauth", *flags), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    told = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in told, told
+    assert (f"the tunnel cannot log in: broker {apache_kafka.bootstrap('oauth')}: login as "
+            f"{ELSEWHERE_CLIENT_ID} with OAUTHBEARER failed: {INVALID_TOKEN} "
+            "(SASL_AUTHENTICATION_FAILED); the broker does not take the token of "
+            "--sasl-client-secret-file") in told, told  # fmt: skip
+
+
+def realm_token(keycloak: Keycloak) -> str:
+    """A token of the realm, asked for by the test itself (its JWT header is every token's
+    of the realm: the algorithm and the realm key's id)."""
+    basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+    request = urllib.request.Request(keycloak.token_endpoint, data=b"grant_type=client_credentials",
+                                     headers={"Authorization": f"Basic {basic}"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        token = json.loads(answer.read())["access_token"]
+    assert isinstance(token, str)
+    return token
+
+
+def test_no_token_client_secret_or_bearer_is_recorded_logged_or_shown(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """The tunnel's OAUTHBEARER frames never enter a recording, nor a token (any token of
+    the realm begins with the same JWT header), the word Bearer, the client secret or the
+    HTTP Basic credentials it is sent in, in the recording, up's output or status. The
+    control: the same recording holds the client's Produce to the topic."""
+    recordings = tmp_path / "recordings"
+    flags = [*oauth_flags(apache_kafka, secret_file(tmp_path, CLIENT_SECRET)),
+             "--record", str(recordings), "--record-payloads"]  # fmt: skip
+    argv = up_argv(apache_kafka, "oauth", *flags)
+    argv.insert(argv.index("up"), "-v")  # the log at INFO: the token's fetch is in it
+    topic = f"oauth-secret-{uuid.uuid4().hex[:6]}"
+    process = ManagedProcess(argv, name="kafkatunnel-up-oauth-secret")
+    try:
+        bootstrap = process.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+        assert produce(bootstrap, topic, MESSAGES) == MESSAGES
+        read, shown = status(bootstrap)
+    finally:
+        process.stop()
+    said = process.output()
+    header = realm_token(keycloak_of(apache_kafka)).split(".")[0]
+    basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode())
+    secrets = [CLIENT_SECRET.encode(), basic, b"Bearer", b"auth=", header.encode()]
+    recorded = b"".join(path.read_bytes() for path in sorted(recordings.iterdir()))
+    everything = {"recording": recorded, "up's output": said.encode(),
+                  "status": (json.dumps(read) + shown).encode()}  # fmt: skip
+    for where, text in everything.items():
+        for secret in secrets:
+            assert secret not in text, (where, secret)
+    assert f"a token for client {CLIENT_ID} at" in said, said  # logged, the token not
+    connections = recorded_messages(recordings)
+    assert any(m.__api_key__ == 0 and topic in (t.name for t in m.topic_data)
+               for messages in connections.values() for m, _ in messages), (
+        f"no Produce to {topic} in {len(connections)} recorded connections")  # fmt: skip
+    sasl = [m for messages in connections.values() for m, _ in messages if m.__api_key__ != 0]
+    assert sasl == [], sasl  # no SaslHandshake, no SaslAuthenticate: the client sent none
+
+
+def test_the_fetched_keycloak_is_the_one_the_tests_run() -> None:
+    """scripts/keycloak/pom.xml (what the set-up fetches) is the one place its version is
+    changed: the launcher's constant agrees with it."""
+    pom = (ROOT / "scripts" / "keycloak" / "pom.xml").read_text()
+    assert f"<keycloak.version>{KEYCLOAK_VERSION}</keycloak.version>" in pom
