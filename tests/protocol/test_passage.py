@@ -254,7 +254,7 @@ def frame_ends(stream: bytes) -> set[int]:
     return ends
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 100_000), min_size=4, max_size=4),
     cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
