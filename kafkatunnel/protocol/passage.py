@@ -202,18 +202,22 @@ class _Splitter:
         self._pausing = False
         if self._stop is not None:
             return Fed([])
-        unfed, self._unfed = self._unfed, []
         out: list[Chunk] = []
         try:
-            for index, data in enumerate(unfed):
-                self._feed(memoryview(data), out)
-                if self._stop is not None:
-                    self._unfed.extend(unfed[index + 1 :])
-                    break
+            self._feed_unfed(out)
         except ProtocolError:
             self._before_error = self._fed(out)
             raise
         return self._fed(out)
+
+    def _feed_unfed(self, out: list[Chunk]) -> None:
+        """Read what was kept back (at a stop, or paused), until it stops again."""
+        unfed, self._unfed = self._unfed, []
+        for index, data in enumerate(unfed):
+            self._feed(memoryview(data), out)
+            if self._stop is not None:
+                self._unfed.extend(unfed[index + 1 :])
+                break
 
     @property
     def unread(self) -> int:
@@ -246,12 +250,7 @@ class _Splitter:
                 self._whole_frame(stop.held, out)
             if self._stop is not None:
                 raise RuntimeError(f"resumed before learning the brokers: {self._stop.brokers}")
-            unfed, self._unfed = self._unfed, []
-            for index, data in enumerate(unfed):
-                self._feed(memoryview(data), out)
-                if self._stop is not None:
-                    self._unfed.extend(unfed[index + 1 :])
-                    break
+            self._feed_unfed(out)
         except ProtocolError:
             self._before_error = self._fed(out)
             raise

@@ -88,12 +88,17 @@ async def through_pump(
         sink.close()
         source.close()
         feeding.close()
+    return everything(received), cause
+
+
+def everything(received: socket.socket) -> bytes:
+    """What a sink's other end got, once the sink is closed."""
     received.settimeout(10)
     got = b""
     while chunk := received.recv(1 << 16):
         got += chunk
     received.close()
-    return got, cause
+    return got
 
 
 def rewritten(answer: bytes, correlation_id: int) -> bytes:
@@ -230,12 +235,7 @@ def test_bad_bytes_held_back_by_a_pause_end_the_pump_after_the_request_ahead_of_
             pump.close()
             for side in (sink, source, feeding):
                 side.close()
-        received.settimeout(10)
-        got = b""
-        while chunk := received.recv(1 << 16):
-            got += chunk
-        received.close()
-        return got, cause, held
+        return everything(received), cause, held
 
     got, cause, held = run(main(), uvloop)
     assert held  # nothing after the first request was read until going on
