@@ -34,6 +34,8 @@ def _cells(e: dict[str, Any]) -> tuple[str, ...]:
         if login.get("token_expires_at"):  # OAUTHBEARER: when the token it sent ends
             until = time.strftime("%H:%M:%S", time.localtime(login["token_expires_at"]))
             state += f", token until {until}"
+        if login.get("token_error"):  # and no new one: why (the endpoint's words)
+            state += escape(f" (not refreshed: {login['token_error']})")
     errors = str(e["errors"])
     if e["last_error"]:
         errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"
