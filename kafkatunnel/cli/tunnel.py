@@ -95,6 +95,7 @@ from kafkatunnel.tunnel.containers import ContainerPlan, ContainersError
 from kafkatunnel.tunnel.containers import plan as plan_for_containers
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.listeners import interface_of
+from kafkatunnel.tunnel.oauth_token import TokenError, TokenSource
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
 from kafkatunnel.tunnel.tls import (
     TlsOptions,
@@ -502,6 +503,8 @@ def run_up(console: Console, options: UpOptions) -> None:
         console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
                       f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
                       "their own", highlight=False)  # fmt: skip
+    if login is not None and login.tokens is not None:
+        _first_token(login.tokens)
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
@@ -574,6 +577,17 @@ def run_up(console: Console, options: UpOptions) -> None:
         raise typer.Exit(2) from None
     except (PortInUse, OSError, KubectlError) as cause:
         error(str(cause))
+        raise typer.Exit(2) from None
+
+
+def _first_token(tokens: TokenSource) -> None:
+    """OAUTHBEARER: the first token, before the tunnel starts, so that an endpoint that
+    cannot be reached or refuses the client stops `up` at once with its own cause (not a
+    bootstrap broker that seems not to answer)."""
+    try:
+        tokens.fetch_first()
+    except TokenError as cause:  # it names the endpoint, the client, the cause and the fix
+        error(f"the tunnel cannot log in: {cause}")
         raise typer.Exit(2) from None
 
 

@@ -19,6 +19,10 @@ conf/ and data/import/), from which it imports the realm this module writes:
     client ELSEWHERE_CLIENT_ID: the same secret, no audience mapper (a token for some
     other service, which Kafka refuses)
 
+and, in the `master` realm, the administrator ADMIN_USER (password ADMIN_PASSWORD), through
+whom tests change the realm while it runs (Keycloak's admin REST API: a client's secret
+regenerated, say).
+
 It listens on the host's loopback (where the tunnel asks for tokens, as a laptop reaches an
 identity provider) and, for the brokers in their network namespace, `reachable_from`
 carries the same address and port there, so both see one URL and one issuer.
@@ -48,6 +52,7 @@ CLIENT_ID, CLIENT_SECRET = "kafkatunnel", "kafkatunnel-client-s3cret"
 BRIEF_CLIENT_ID, BRIEF_LIFESPAN = "kafkatunnel-brief", 20
 ELSEWHERE_CLIENT_ID = "kafkatunnel-elsewhere"
 LIFESPAN = 300
+ADMIN_USER, ADMIN_PASSWORD = "admin", "kafkatunnel-admin-s3cret"
 START_TIMEOUT = 120.0
 # One JVM beside the brokers: the client compiler only and a small serial heap, as theirs
 HEAP = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
@@ -157,7 +162,9 @@ class Keycloak:
                 "start", "--optimized", "--cache=local", "--http-enabled=true",
                 "--http-host=127.0.0.1", f"--http-port={self.port}", "--hostname-strict=false",
                 "--import-realm"]  # fmt: skip
-        self.process = ManagedProcess(argv, name="keycloak")
+        admin = {"KC_BOOTSTRAP_ADMIN_USERNAME": ADMIN_USER,
+                 "KC_BOOTSTRAP_ADMIN_PASSWORD": ADMIN_PASSWORD}  # fmt: skip
+        self.process = ManagedProcess(argv, env=admin, name="keycloak")
         return self
 
     def wait_ready(self) -> None:

@@ -166,11 +166,15 @@ class LoginForwarder(WrappingForwarder):
         self.logins: dict[tuple[str, int], BrokerLogin] = {}
 
     def login(self, host: str, port: int) -> dict[str, object]:
-        """The last login to host:port, for status (who, even before the first)."""
+        """The last login to host:port, for status (who, even before the first);
+        OAUTHBEARER: why the token could not be fetched last, if it could not."""
         found = self.logins.get((host, port))
         if found is None:
             found = BrokerLogin(self.credentials.mechanism, self.credentials.username)
-        return found.as_dict()
+        shown = found.as_dict()
+        if self.credentials.tokens is not None:
+            shown["token_error"] = self.credentials.tokens.last_error
+        return shown
 
     async def open(self, host: str, port: int) -> Upstream:
         token = await self.token(host, port)

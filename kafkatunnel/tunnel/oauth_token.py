@@ -10,6 +10,10 @@ other: its size is bounded, its fields checked, and what it says when it refuses
 5.2's `error` and `error_description`) is shown as printable text, cut short, with the
 client secret blanked should it echo it.
 
+Once the tunnel runs, a refresh that fails is asked again every RETRY_PAUSE seconds, and
+the token held is used until it ends; after that, logins fail with what the endpoint said
+last (asked again at most every RETRY_PAUSE seconds, however many connections open).
+
 Neither the token nor the client secret is ever in a repr, a message, a log or status:
 status has the token's expiry and subject only."""
 
@@ -23,6 +27,7 @@ import json
 import logging
 import math
 import re
+import socket
 import ssl
 import time
 import urllib.error
@@ -42,6 +47,10 @@ MAX_LIFETIME = 366 * 24 * 3600.0  # seconds; a longer one is not believed
 MAX_SAID = 300  # characters of the endpoint's error text shown
 REQUEST_TIMEOUT = 15.0  # seconds per request to the endpoint
 RETRY_PAUSE = 5.0  # seconds between attempts when a refresh fails
+# A token is not sent in the last second of its lifetime: `expires_in` and a JWT's `exp`
+# are whole seconds from when it was issued (Keycloak's), and a broker that gets a token
+# past its `exp` (within its clock skew) gives a session that never ends.
+LAST_SECOND = 1.0
 # RFC 6750's b64token: what a bearer token may hold
 BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 MAX_TOKEN = 64 * 1024
@@ -55,18 +64,25 @@ class TokenError(ForwarderError):
 @dataclass(frozen=True)
 class Token:
     """A bearer token and what the tunnel knows of it. `lifetime`: seconds from
-    `received_at` (the tunnel's clock), which say when it is refreshed and when no longer
-    sent; `expires_at`: when it ends as the endpoint's clock says (the JWT's `exp` when it
-    has one), for status; `subject`: the JWT's `sub` (None: not a JWT, or none said)."""
+    `asked_at` (the tunnel's clock, when it asked for it: the token was issued after), which
+    say when it is refreshed and when no longer sent; `expires_at`: when it ends as the
+    endpoint's clock says (the JWT's `exp` when it has one), for status; `subject`: the
+    JWT's `sub` (None: not a JWT, or none said)."""
 
     value: str = field(repr=False)
     lifetime: float
-    received_at: float
+    asked_at: float
     expires_at: float
     subject: str | None = None
 
+    @property
+    def ends_at(self) -> float:
+        """When it is no longer sent (the tunnel's clock): its last second (a tenth of a
+        short lifetime) is not used."""
+        return self.asked_at + self.lifetime - min(LAST_SECOND, self.lifetime / 10)
+
     def ended(self, now: float) -> bool:
-        return now >= self.received_at + self.lifetime
+        return now >= self.ends_at
 
 
 @dataclass(frozen=True)
@@ -103,8 +119,8 @@ def token_request(endpoint: TokenEndpoint) -> tuple[bytes, dict[str, str]]:
 
 
 def read_token_answer(endpoint: TokenEndpoint, status: int, body: bytes, now: float) -> Token:
-    """The token in the endpoint's answer (HTTP `status`, `body`), received at wall-clock
-    `now`; TokenError naming the client, the endpoint and what it said otherwise."""
+    """The token in the endpoint's answer (HTTP `status`, `body`) to a request sent at
+    wall-clock `now`; TokenError naming the client, the endpoint and what it said otherwise."""
     whom = endpoint.describe()
     if len(body) > MAX_ANSWER:
         size = f"{MAX_ANSWER // 1024} KiB"
@@ -219,8 +235,28 @@ def http_fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
             return int(answer.code), answer.read(MAX_ANSWER + 1)
     except (urllib.error.URLError, OSError, ValueError) as cause:
         reason = getattr(cause, "reason", None) or cause
+        said = unreached(reason, endpoint)
         raise TokenError(f"cannot reach the token endpoint {endpoint.url} for client "
-                         f"{endpoint.client_id}: {reason}") from None  # fmt: skip
+                         f"{endpoint.client_id}: {said}") from None  # fmt: skip
+
+
+def unreached(reason: object, endpoint: TokenEndpoint) -> str:
+    """Why the endpoint could not be asked, in words, and what to check."""
+    host = urllib.parse.urlsplit(endpoint.url).hostname or endpoint.url
+    check = "; check --sasl-token-endpoint"
+    running = f"{check} and that the identity provider runs"
+    if isinstance(reason, ConnectionRefusedError):
+        return f"connection refused (nothing listens there){running}"
+    if isinstance(reason, socket.gaierror):
+        said = (reason.strerror or str(reason)).lower()
+        return f"the name {host} is not resolved ({said}){check}"
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {REQUEST_TIMEOUT:g} s{running}"
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        said = reason.verify_message or str(reason)
+        return f"its certificate is not trusted ({said}); give its CA with --sasl-token-endpoint-ca"
+    said = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    return f"{said}{check}"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -231,9 +267,11 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class TokenSource:
-    """The current token for every login: fetched on first use, fetched again in the
-    background once REFRESH_WINDOW of its lifetime has passed (until then, and while a
-    refresh fails, the one held is used as long as it is valid)."""
+    """The current token for every login: fetched at start (`fetch_first`) or on first use,
+    fetched again in the background once REFRESH_WINDOW of its lifetime has passed (until
+    then, and while a refresh fails, the one held is used as long as it is valid). Once it
+    has ended with no new one, a login fails with the endpoint's last refusal, which is
+    asked for again at most every RETRY_PAUSE seconds."""
 
     def __init__(
         self,
@@ -243,7 +281,8 @@ class TokenSource:
     ) -> None:
         self.endpoint = endpoint
         self.fetches = 0  # tokens received, for status
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # why the last fetch failed (None: it worked)
+        self._failed: tuple[float, TokenError] | None = None  # when, and why (monotonic)
         self._fetch = fetch
         self._clock = clock
         self._token: Token | None = None
@@ -258,11 +297,25 @@ class TokenSource:
     def token(self) -> Token | None:
         return self._token
 
+    def fetch_first(self) -> Token:
+        """The first token, asked for before the tunnel runs (blocking; no event loop yet):
+        TokenError, naming the endpoint and what went wrong, stops the start."""
+        asked = self._clock()
+        status, body = self._fetch(self.endpoint)
+        return self._keep(read_token_answer(self.endpoint, status, body, asked))
+
     async def current(self) -> Token:
         """A token valid now: the one held, or a new one (TokenError if none comes)."""
         token = self._token
         if token is None or token.ended(self._clock()):
-            token = await self._renew(token)
+            try:
+                token = await self._renew(token)
+            except TokenError as cause:
+                if token is None:
+                    raise
+                ended = _clock_time(token.ends_at)
+                raise TokenError(f"the token ended at {ended} and no new one came: {cause}",
+                                 permanent=cause.permanent) from None  # fmt: skip
         if self._refresher is None or self._refresher.done():
             self._refresher = asyncio.get_running_loop().create_task(self._refresh())
         return token
@@ -271,25 +324,50 @@ class TokenSource:
         if self._refresher is not None:
             self._refresher.cancel()
 
-    async def _renew(self, seen: Token | None) -> Token:
+    async def _renew(self, seen: Token | None, again: bool = False) -> Token:
+        """A new token, unless another came meanwhile; TokenError if the endpoint gives
+        none, or (unless `again`) gave none less than RETRY_PAUSE seconds ago."""
         async with self._lock:  # one request at a time; those waiting take its token
             if self._token is not None and self._token is not seen:
                 return self._token
-            status, body = await asyncio.to_thread(self._fetch, self.endpoint)
-            token = read_token_answer(self.endpoint, status, body, self._clock())
-            self._token, self.last_error = token, None
-            self._refresh_at = self._clock() + REFRESH_WINDOW * token.lifetime
-            self.fetches += 1
-            log.info("OAUTHBEARER: a token for %s, valid for %.0f s",
-                     self.endpoint.describe(), token.lifetime)  # fmt: skip
-            return token
+            failed = self._failed
+            if not again and failed and time.monotonic() - failed[0] < RETRY_PAUSE:
+                raise failed[1]
+            asked = self._clock()
+            try:
+                status, body = await asyncio.to_thread(self._fetch, self.endpoint)
+                token = read_token_answer(self.endpoint, status, body, asked)
+            except TokenError as cause:
+                self._failed, self.last_error = (time.monotonic(), cause), str(cause)
+                raise
+            return self._keep(token)
+
+    def _keep(self, token: Token) -> Token:
+        self._token, self._failed, self.last_error = token, None, None
+        self._refresh_at = token.asked_at + REFRESH_WINDOW * token.lifetime
+        self.fetches += 1
+        log.info("OAUTHBEARER: a token for %s, valid for %.0f s",
+                 self.endpoint.describe(), token.lifetime)  # fmt: skip
+        return token
 
     async def _refresh(self) -> None:
+        said = None  # the failure last logged as a warning: the same one again is not
         while True:
             await asyncio.sleep(max(0.0, self._refresh_at - self._clock()))
             try:
-                await self._renew(self._token)
+                await self._renew(self._token, again=True)
+                said = None
             except TokenError as cause:
-                self.last_error = str(cause)
-                log.warning("OAUTHBEARER: the token was not refreshed: %s", cause)
+                held = self._token
+                ends = (
+                    "" if held is None else f" (the token held ends at {_clock_time(held.ends_at)})"
+                )
+                (log.debug if str(cause) == said else log.warning)(
+                    "OAUTHBEARER: the token was not refreshed%s: %s", ends, cause
+                )
+                said = str(cause)
                 self._refresh_at = self._clock() + RETRY_PAUSE
+
+
+def _clock_time(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))

@@ -34,9 +34,14 @@ def _cells(e: dict[str, Any]) -> tuple[str, ...]:
         if login.get("token_expires_at"):  # OAUTHBEARER: when the token it sent ends
             until = time.strftime("%H:%M:%S", time.localtime(login["token_expires_at"]))
             state += f", token until {until}"
+        if login.get("token_error"):  # no new one came: why is in the errors column
+            state += ", not refreshed"
     errors = str(e["errors"])
     if e["last_error"]:
         errors = f"[red]{e['errors']}[/] {escape(e['last_error'])}"
+    elif login and login.get("token_error"):  # the token held still serves, for now
+        said = escape(f"token not refreshed: {login['token_error']}")
+        errors = f"{e['errors']} [yellow]{said}[/]"
     elif e.get("note"):
         errors = f"{e['errors']} [yellow]{escape(e['note'])}[/]"
     return (e["tunnel"], state, str(e["connections"]), _bytes(e["bytes_in"]),

@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
+
+import confluent_kafka
 
 from kafkatunnel.localcluster.apache import LISTENERS, ApacheKafka, broker_host
 from kafkatunnel.localcluster.keycloak import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
     BRIEF_CLIENT_ID,
     BRIEF_LIFESPAN,
     CLIENT_ID,
     CLIENT_SECRET,
     ELSEWHERE_CLIENT_ID,
     KEYCLOAK_VERSION,
+    REALM,
     Keycloak,
+    realm,
 )
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import produce
@@ -38,6 +47,7 @@ from tests.apache.test_login import (
     up,
     up_argv,
 )
+from tests.apache.test_reauthentication import client_stats, connected, connections_to_brokers
 
 __all__ = ["js_client"]  # a fixture, used by name
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,6 +209,139 @@ def test_no_token_client_secret_or_bearer_is_recorded_logged_or_shown(
         f"no Produce to {topic} in {len(connections)} recorded connections")  # fmt: skip
     sasl = [m for messages in connections.values() for m, _ in messages if m.__api_key__ != 0]
     assert sasl == [], sasl  # no SaslHandshake, no SaslAuthenticate: the client sent none
+
+
+class Admin:
+    """Keycloak's admin REST API as its administrator (keycloak.py's ADMIN_USER)."""
+
+    def __init__(self, keycloak: Keycloak) -> None:
+        self.base = f"http://127.0.0.1:{keycloak.port}"
+
+    def token(self) -> str:
+        """The administrator's token (one per call: they live a minute)."""
+        who = {"username": ADMIN_USER, "password": ADMIN_PASSWORD}
+        form = urllib.parse.urlencode({"grant_type": "password", "client_id": "admin-cli", **who})
+        token_url = f"{self.base}/realms/master/protocol/openid-connect/token"
+        with urllib.request.urlopen(token_url, data=form.encode(), timeout=30) as answer:
+            token = json.loads(answer.read())["access_token"]
+        assert isinstance(token, str)
+        return token
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, Any, str]:
+        """HTTP status, JSON answer (None: no body) and Location of /admin/realms/REALM/path."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.base}/admin/realms/{REALM}/{path}", data=data, method=method,
+            headers={"Authorization": f"Bearer {self.token()}",
+                     "Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            read = answer.read()
+            return answer.status, json.loads(read) if read else None, answer.headers["Location"]
+
+
+ROTATED_LIFESPAN = 30  # seconds: the refresh at 24 s, the token sent until 29 s
+
+
+def test_a_client_secret_changed_while_up_runs(apache_kafka: ApacheKafka, tmp_path: Path) -> None:
+    """The client's secret regenerated in Keycloak while `up` runs (a client of its own,
+    tokens of ROTATED_LIFESPAN s). A producer connected before keeps producing on its
+    connections; the refresh, at 80% of the token's lifetime, is refused: logged and in
+    status, and the token held is still what new connections log in with until its last
+    second. After it, a new client is refused: status, the table and the log say the token
+    ended and what Keycloak said (RFC 6749's error and description, naming the client and
+    the endpoint); the producer's connections end with the broker's session, which Kafka
+    ends with the token. No secret, old or new, nor a token, is in the log or status."""
+    keycloak = keycloak_of(apache_kafka)
+    admin = Admin(keycloak)
+    client_id = f"kafkatunnel-rotated-{uuid.uuid4().hex[:6]}"
+    clients = realm()["clients"]
+    assert isinstance(clients, list)
+    (brief,) = [c for c in clients if c["clientId"] == BRIEF_CLIENT_ID]
+    attributes = {"access.token.lifespan": str(ROTATED_LIFESPAN)}
+    created, _, where = admin.call("POST", "clients", {**brief, "clientId": client_id,
+                                                       "attributes": attributes})  # fmt: skip
+    assert created == 201, created
+    internal_id = where.rsplit("/", 1)[1]
+    endpoint = keycloak.token_endpoint
+    secret = secret_file(tmp_path, CLIENT_SECRET)
+    refusal = (f"the token endpoint refused client {client_id} at {endpoint} (HTTP 401): "
+               "unauthorized_client: Invalid client or Invalid client credentials; check the "
+               f"client id and the secret (--sasl-client-secret-file {secret})")  # fmt: skip
+    flags = oauth_flags(apache_kafka, secret, client_id)
+    topic = f"oauth-rotated-{uuid.uuid4().hex[:6]}"
+    stats: dict[str, Any] = {}
+    acknowledged: list[bool] = []
+    produced = 0
+    try:
+        with up(apache_kafka, "oauth", *flags) as (bootstrap, process):
+            producer = confluent_kafka.Producer({
+                "bootstrap.servers": bootstrap, "linger.ms": 0, "statistics.interval.ms": 200,
+                "stats_cb": client_stats(stats)})  # fmt: skip
+
+            def produce_one() -> None:
+                nonlocal produced
+                produced += 1
+                producer.produce(topic, b"m", on_delivery=lambda e, _m: acknowledged.append(
+                    e is None))  # fmt: skip
+                producer.poll(0.05)
+
+            def producing_everywhere() -> bool:
+                produce_one()
+                return any(acknowledged) and connected(stats, 3)
+
+            wait_for(producing_everywhere, timeout=30, what="the producer connected to "
+                     "every broker")  # fmt: skip
+            first = logins(status(bootstrap)[0])[apache_kafka.bootstrap("oauth")]
+            expires = first["token_expires_at"]
+            assert isinstance(expires, float), first
+            regenerated, new, _ = admin.call("POST", f"clients/{internal_id}/client-secret")
+            assert regenerated == 200 and new["value"] != CLIENT_SECRET, regenerated
+            new_secret = new["value"]
+            held = r"OAUTHBEARER: the token was not refreshed \(the token held ends at [\d:]+\): "
+            not_refreshed = re.compile(held + re.escape(refusal))
+
+            def refresh_refused() -> bool:
+                produce_one()
+                return any(not_refreshed.search(line) for line in list(process.lines))
+
+            wait_for(refresh_refused, timeout=ROTATED_LIFESPAN, what="the refresh refused")
+            # the token held, still valid: a new client's connections log in with it, and
+            # the producer goes on on the connections it has
+            assert produce(bootstrap, f"{topic}-new", 3, timeout=4) == 3
+            for _ in range(10):
+                produce_one()
+            producer.flush(4)
+            assert acknowledged.count(True) == produced, (produced, acknowledged.count(False))
+            counts = connections_to_brokers(stats)
+            assert counts and all(c == ("UP", 1, 0) for c in counts.values()), counts
+            valid, valid_shown = status(bootstrap)
+            wait_for(lambda: time.time() > expires, timeout=ROTATED_LIFESPAN,
+                     what="the token's end")  # fmt: skip
+            refused = {"message.timeout.ms": 4000}
+            assert produce(bootstrap, f"{topic}-late", 1, config=refused, timeout=8) == 0
+            read, shown = status(bootstrap)
+            said = process.output()
+    finally:
+        admin.call("DELETE", f"clients/{internal_id}")
+    ended = r"the token ended at \d\d:\d\d:\d\d and no new one came: " + re.escape(refusal)
+    # while the token held was valid: the refusal said, no login failed
+    for address, login in logins(valid).items():
+        told = login["token_error"]
+        assert isinstance(told, str) and told.startswith(refusal), (address, login)
+        assert login["error"] is None, (address, login)
+    flat = " ".join(valid_shown.split())
+    assert ", not refreshed" in flat and f"token not refreshed: {refusal}" in flat, valid_shown
+    # after it ended: the new client refused with Keycloak's words, in status and the log
+    boot = [e for e in read["endpoints"] if e["advertised"] == apache_kafka.bootstrap("oauth")]
+    assert re.search(ended, boot[0]["last_error"] or ""), boot
+    assert re.search(ended, boot[0]["login"]["error"] or ""), boot
+    assert re.search(ended, " ".join(shown.split())), shown
+    assert re.search(rf"upstream {re.escape(apache_kafka.bootstrap('oauth'))}: {ended}", said), said
+    header = realm_token(keycloak).split(".")[0]
+    secrets = [CLIENT_SECRET, new_secret, "Bearer", header]
+    for where_, text in {"up's output": said, "status": json.dumps(read) + shown}.items():
+        for hidden in secrets:
+            assert hidden not in text, (where_, hidden)
 
 
 def test_the_fetched_keycloak_is_the_one_the_tests_run() -> None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -20,8 +23,11 @@ import pytest
 import typer
 
 from kafkatunnel.cli.up_options import Reach, SaslFlags, UpOptions, check
+from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.tunnel import oauth_token
 from kafkatunnel.tunnel.oauth_token import (
     MAX_ANSWER,
+    Fetch,
     TokenEndpoint,
     TokenError,
     TokenSource,
@@ -69,7 +75,8 @@ def test_a_jwt_says_its_expiry_and_subject_and_expires_in_its_lifetime() -> None
     assert (read.value, read.lifetime, read.expires_at, read.subject) == (
         token, 300.0, NOW + 290, "service-account")  # fmt: skip
     assert token not in repr(read)
-    assert not read.ended(NOW + 299) and read.ended(NOW + 300)
+    # not sent in its last second: exp is whole seconds from when it was issued
+    assert not read.ended(NOW + 298.9) and read.ended(NOW + 299)
 
 
 def test_without_expires_in_the_lifetime_is_the_jwts_and_an_opaque_token_needs_one() -> None:
@@ -168,30 +175,152 @@ def test_one_token_is_fetched_for_all_and_again_at_80_percent_of_its_lifetime() 
     assert 0.75 < fetched[1] - fetched[0] < 0.95  # 80% of 1 s (and the first fetch's 50 ms)
 
 
-def test_a_failed_refresh_keeps_the_valid_token_and_says_why() -> None:
-    answers = [(200, answer(access_token="token-1", token_type="Bearer", expires_in=0.5)),
-               (401, answer(error="invalid_client"))]  # fmt: skip
+REFUSAL = answer(error="invalid_client", error_description="Invalid client credentials")
+
+
+def token_then_refusals(lifetime: float, fetched: list[float]) -> Fetch:
+    """An endpoint that gives one token, then refuses the client (its secret changed)."""
 
     def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
-        return answers.pop(0) if len(answers) > 1 else answers[0]
+        fetched.append(time.monotonic())
+        if len(fetched) == 1:
+            return 200, answer(access_token="token-1", token_type="Bearer", expires_in=lifetime)
+        return 401, REFUSAL
 
-    async def run() -> tuple[str, str | None]:
+    return fetch
+
+
+def test_a_failed_refresh_keeps_the_valid_token_then_logins_fail_with_the_endpoints_words() -> None:
+    """The refresh refused: the token held is used until it ends (the refusal kept for
+    status); then a login fails with the endpoint's refusal, saying the token ended, and
+    the logins that follow within RETRY_PAUSE do not ask the endpoint again."""
+    fetched: list[float] = []
+    fetch = token_then_refusals(2.0, fetched)
+
+    async def run() -> tuple[str, str | None, list[str]]:
         source = TokenSource(ENDPOINT, fetch)
         try:
             token = await source.current()
             deadline = time.monotonic() + 5
             while source.last_error is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            assert (await source.current()).value == token.value  # still valid: 0.4 s < 0.5 s
-            await asyncio.sleep(0.2)
-            with pytest.raises(TokenError, match="refused client kafkatunnel"):
-                await source.current()  # ended: no token to log in with
-            return token.value, source.last_error
+            # refused at 1.6 s; the token is sent until 1.8 s (its last tenth is not)
+            assert (await source.current()).value == token.value
+            while not token.ended(time.time()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            asked = len(fetched)
+            said = []
+            for _ in range(3):
+                with pytest.raises(TokenError) as refused:
+                    await source.current()  # ended: no token to log in with
+                said.append(str(refused.value))
+            assert len(fetched) == asked  # the refresh's refusal, under RETRY_PAUSE old
+            return token.value, source.last_error, said
         finally:
             source.close()
 
-    value, error = asyncio.run(run())
-    assert value == "token-1" and error is not None and "invalid_client" in error
+    value, error, said = asyncio.run(run())
+    refusal = ("the token endpoint refused client kafkatunnel at https://idp.example/realms/"
+               "kafka/protocol/openid-connect/token (HTTP 401): invalid_client: Invalid client "
+               "credentials; check the client id and the secret")  # fmt: skip
+    assert value == "token-1" and error is not None and error.startswith(refusal), error
+    assert all(re.fullmatch(rf"the token ended at \d\d:\d\d:\d\d and no new one came: "
+                            rf"{re.escape(refusal)}.*", text) for text in said), said  # fmt: skip
+
+
+def test_a_refresh_refused_again_and_again_is_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log says the refusal when it comes, not again at each attempt (every
+    RETRY_PAUSE seconds, here shortened)."""
+    monkeypatch.setattr(oauth_token, "RETRY_PAUSE", 0.05)
+    fetched: list[float] = []
+
+    async def run() -> None:
+        source = TokenSource(ENDPOINT, token_then_refusals(0.5, fetched))
+        try:
+            await source.current()
+            deadline = time.monotonic() + 5
+            while len(fetched) < 6 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            source.close()
+
+    with caplog.at_level(logging.DEBUG, logger=oauth_token.__name__):
+        asyncio.run(run())
+    refused = [r for r in caplog.records if "not refreshed" in r.getMessage()]
+    assert len(fetched) >= 6 and len(refused) >= 5, (fetched, refused)
+    warned = [r.getMessage() for r in refused if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "invalid_client" in warned[0], warned
+
+
+def test_the_first_token_is_fetched_before_the_tunnel_runs() -> None:
+    """`up` asks for it before the event loop runs; the first login uses it."""
+    fetched: list[str] = []
+
+    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+        fetched.append(endpoint.url)
+        return 200, answer(access_token=f"token-{len(fetched)}", token_type="Bearer",
+                           expires_in=60)  # fmt: skip
+
+    source = TokenSource(ENDPOINT, fetch)
+    assert source.fetch_first().value == "token-1"
+
+    async def first_login() -> str:
+        try:
+            return (await source.current()).value
+        finally:
+            source.close()
+
+    assert asyncio.run(first_login()) == "token-1" and len(fetched) == 1
+
+
+def closed_port() -> tuple[socket.socket, int]:
+    """A port on 127.0.0.1 that refuses connections while the socket is held (bound, not
+    listening)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    return holder, holder.getsockname()[1]
+
+
+@pytest.mark.parametrize("where", ["closed-port", "unresolved-name"])
+def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
+    tmp_path: Path, where: str
+) -> None:
+    """At start, a token endpoint that cannot be reached stops `up` at once (not after
+    --start-timeout) with one line naming it, the cause and the flag to check: not a
+    broker that did not answer, nor the forwarder's hint."""
+    holder, port = closed_port()
+    url, cause = {
+        "closed-port": (f"http://127.0.0.1:{port}/token", "connection refused (nothing listens "
+                        "there); check --sasl-token-endpoint and that the identity provider "
+                        "runs"),
+        "unresolved-name": ("http://idp.invalid/token", "the name idp.invalid is not resolved "
+                            "("),
+    }[where]  # fmt: skip
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-of-the-client\n")
+    secret.chmod(0o600)
+    listen = f"127.0.0.1:{free_port_run(1)}"
+    argv = [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--bootstrap",
+            "kafka-0.kafka:9092", "--exec", "nc {host} {port}", "--listen", listen,
+            "--start-timeout", "60", "--sasl-mechanism", "OAUTHBEARER",
+            "--sasl-token-endpoint", url, "--sasl-client-id", "kafkatunnel",
+            "--sasl-client-secret-file", str(secret)]  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKATUNNEL_")}
+    started = time.monotonic()
+    try:
+        out = subprocess.run(argv, cwd=tmp_path, env={**clean, "COLUMNS": "1000"},
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        holder.close()
+    took = time.monotonic() - started
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    told = f"error: the tunnel cannot log in: cannot reach the token endpoint {url} for client"
+    assert lines[0].startswith(f"{told} kafkatunnel: {cause}"), lines
+    assert took < 30, took  # at once, not after --start-timeout 60
+    assert "s3cret-of-the-client" not in out.stdout + out.stderr
 
 
 OAUTH = {"mechanism": "OAUTHBEARER", "token_endpoint": "https://idp.example/token",
