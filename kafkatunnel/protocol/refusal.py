@@ -184,7 +184,7 @@ def _nothing(kind: str | None, nullable: bool) -> Any:
         return 0.0
     if kind == "string":
         return ""
-    if kind == "bytes":
+    if kind in ("bytes", "records"):  # records: FetchSnapshot's unaligned_records
         return b""
     if kind == "uuid":
         return uuid.UUID(int=0)

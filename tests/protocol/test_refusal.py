@@ -21,7 +21,7 @@ from kafkatunnel.protocol import (
     response_body_offset,
     response_correlation_id,
 )
-from kafkatunnel.protocol.policy import SOME
+from kafkatunnel.protocol.policy import SOME, UNREFUSABLE
 from tests.kio_messages import decode, request_frame
 from tests.protocol.requests_built import built, error_fields
 
@@ -117,3 +117,25 @@ def test_a_refusal_names_what_the_request_named() -> None:
         (t.name, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses])
         for t in body.responses
     ] == [(t.name, [(p.index, TOPIC, -1) for p in t.partition_data]) for t in produce.topic_data]
+
+
+DENIABLE = [
+    (key, version)
+    for key in sorted(set(api_key_map) - UNREFUSABLE)
+    for version in sorted(schema_name_map[api_key_map[key]])
+]
+
+
+@pytest.mark.parametrize(("key", "version"), DENIABLE,
+                         ids=[f"{_title(k)}-v{v}" for k, v in DENIABLE])  # fmt: skip
+def test_every_api_a_user_may_deny_is_answered_with_kafkas_own_schema(
+    key: int, version: int
+) -> None:
+    """`--deny-api` takes any API but the login's: each refusal is built, as Kafka's schema
+    for its answer reads it (a records field, FetchSnapshot's, included)."""
+    wire = request_frame(built(key, version), correlation_id=0x5EED)
+    answer = refusal(wire, parse_request_header(wire), REASON)
+    assert response_correlation_id(answer) == 0x5EED
+    body_at = response_body_offset(answer, key, version)
+    body = decode(load_response_schema(key, version), answer[body_at:])
+    assert [v for n, v, _ in error_fields(body) if not n.endswith("message")], "no error code"
