@@ -232,6 +232,15 @@ def test_no_secret_is_recorded_logged_or_shown_and_the_connections_are(
         said = process.output()
     secrets = [SCRAM_PASSWORD.encode(), b"c=biws", b"n,,n=" + SCRAM_USER.encode(),
                *scram_keys(apache_kafka, "SCRAM-SHA-256", "scram256")]  # fmt: skip
+    nowhere_but_the_produce(secrets, recordings, said, (read, shown), topic)
+
+
+def nowhere_but_the_produce(
+    secrets: list[bytes], recordings: Path, said: str, status_read: tuple[Any, str], topic: str
+) -> None:
+    """No secret in the recording, up's output or status (as read and as shown); the
+    control: the client's Produce to `topic` is recorded, and no SASL frame of the client."""
+    read, shown = status_read
     recorded = b"".join(path.read_bytes() for path in sorted(recordings.iterdir()))
     everything = {"recording": recorded, "up's output": said.encode(),
                   "status": (json.dumps(read) + shown).encode()}  # fmt: skip
