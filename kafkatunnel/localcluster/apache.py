@@ -49,6 +49,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kafkatunnel.localcluster.authority import Authority, Issued
 from kafkatunnel.localcluster.harness import ClusterBroker, groups_by_coordinator
@@ -324,10 +325,32 @@ class ApacheKafka:
     def restart(self, node: int) -> None:
         """Stop one node and start it again in place, as a deleted broker pod comes back
         with its volume: the groups it coordinated move to other brokers and, once it is
-        back and leads again, return. Returns when it is in the metadata again."""
+        back and leads again, return. Returns once it is in the metadata again and back in
+        every partition's in-sync replicas, so that a preferred leader election run then moves
+        every leadership back at once: one it could not move yet, Kafka's own rebalance
+        (`auto.leader.rebalance.enable`, every 5 minutes) would move later, under whatever
+        the cluster's next user is doing, and its groups' coordinators with it."""
         self.processes[node].stop(timeout=30)
         self.processes[node] = self._launch(node)
         self._wait_ready()  # a broker again, and its groups' coordinators found
+        wait_for(self._in_sync, timeout=START_TIMEOUT, interval=0.5,
+                 what=f"kafka-{node} back in every partition's in-sync replicas")  # fmt: skip
+
+    def _in_sync(self) -> bool:
+        """Every replica of every partition, internal topics too, is in sync (from a
+        Metadata v1 request for all topics)."""
+        from kio.index import load_request_schema
+
+        from kafkatunnel.probe import METADATA, ProbeConnection
+
+        request_type: Any = load_request_schema(METADATA, 1)
+        try:
+            with ProbeConnection(self.bootstrap(), timeout=2, connect=self.connect) as probe:
+                answer = probe.request(request_type(topics=None))
+        except (OSError, ValueError):
+            return False
+        return all(set(p.isr_nodes) == set(p.replica_nodes)
+                   for t in answer.topics for p in t.partitions)  # fmt: skip
 
     def _launch(self, node: int) -> ManagedProcess:
         logging = self._logging()
