@@ -36,6 +36,11 @@ class ForwarderError(Exception):
         self.permanent = permanent
 
 
+class NoAnswer(ForwarderError):
+    """A stream opened, and nothing answered on it in time (a TLS handshake, a login): as
+    through a forward that died, so the forward is worth checking."""
+
+
 class Reauthentication(ABC):
     """A login whose session the broker ends after a while (KIP-368): the stream that
     carries it must log in again before then, or the broker closes it."""

@@ -14,6 +14,7 @@ With OAUTHBEARER the secret is a bearer token from the identity provider's token
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from kafkatunnel.protocol import (
 from kafkatunnel.tunnel.forwarders import (
     Forwarder,
     ForwarderError,
+    NoAnswer,
     Reauthentication,
     Upstream,
     WrappingForwarder,
@@ -160,9 +162,12 @@ async def log_in(
 class LoginForwarder(WrappingForwarder):
     """Any forwarder (TLS among them), with a login on each stream it opens."""
 
-    def __init__(self, inner: Forwarder, credentials: Credentials) -> None:
+    def __init__(self, inner: Forwarder, credentials: Credentials, timeout: float = 10.0) -> None:
+        """`timeout`: seconds a login may take (a stream whose broker never answers it is
+        closed then, not kept)."""
         super().__init__(inner)
         self.credentials = credentials
+        self.timeout = timeout
         self.logins: dict[tuple[str, int], BrokerLogin] = {}
 
     def login(self, host: str, port: int) -> dict[str, object]:
@@ -180,7 +185,11 @@ class LoginForwarder(WrappingForwarder):
         token = await self.token(host, port)
         upstream = await self.inner.open(host, port)
         try:
-            outcome = await self.run(upstream, host, port, token)
+            outcome = await asyncio.wait_for(self.run(upstream, host, port, token), self.timeout)
+        except TimeoutError:
+            await upstream.discard()
+            raise NoAnswer(f"{host}:{port}: no answer to the login within "
+                                 f"{self.timeout:g}s") from None  # fmt: skip
         except ForwarderError:
             await upstream.discard()
             raise

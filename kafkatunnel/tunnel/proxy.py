@@ -22,7 +22,7 @@ from kafkatunnel.protocol import (
     RefusedUnanswerable,
     RequestHeader,
 )
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream
+from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, NoAnswer, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
 from kafkatunnel.tunnel.streams import ByteStream, PlainStream
@@ -126,6 +126,8 @@ class ClientConnection:
         except (ForwarderError, TimeoutError, OSError) as error:
             _discard(opening)
             reason = str(error) or f"no stream to {host}:{port} within {self.connect_timeout:g}s"
+            if isinstance(error, TimeoutError | NoAnswer):
+                self.forwarder.suspect(host, port, reason)  # as a first answer that never came
             self.fail(f"upstream {self.endpoint.advertised}: {reason}")
             return
         except asyncio.CancelledError:  # closed while connecting
@@ -195,9 +197,7 @@ class ClientConnection:
         self._renewal = None
         if self._closed or self._ending:
             return
-        self._renewing = asyncio.get_running_loop().create_task(self._reauthenticate())
-        self._tasks.add(self._renewing)
-        self._renewing.add_done_callback(self._tasks.discard)
+        self._renewing = self._spawn(self._reauthenticate())
 
     async def _reauthenticate(self) -> None:
         """Log in again on the same stream before the broker's session ends, as Kafka's own
@@ -225,7 +225,7 @@ class ClientConnection:
         try:  # as long as the first login may take, the last requests' writing included
             await asyncio.wait_for(self._log_in_again(upstream), self.connect_timeout)
         except (ForwarderError, TimeoutError) as error:
-            reason = str(error) or f"no answer within {self.connect_timeout:g}s"
+            reason = str(error) or f"not done within {self.connect_timeout:g}s"
             self.fail(f"upstream {self.endpoint.advertised}: logging in again: {reason}")
             return
         log.debug("%s: client %s: logged in again", self.endpoint.local, self.peer)
@@ -433,10 +433,20 @@ class ClientConnection:
         """Until the connection has let go of its client and its upstream."""
         await self._done.wait()
 
-    def _spawn(self, work: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+    def _spawn(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._ended_if_broken(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _ended_if_broken(self, work: Coroutine[object, object, None]) -> None:
+        """Run this connection's work; an error nothing should cause ends this connection,
+        saying so, instead of leaving it open and counted with no task serving it."""
+        try:
+            await work
+        except Exception as error:  # one connection's bug must not linger
+            log.debug("%s: client %s", self.endpoint.local, self.peer, exc_info=True)
+            self.fail(str(ConnectionBug(error)))
 
 
 def _discard(opening: asyncio.Future[Upstream]) -> None:

@@ -248,10 +248,12 @@ class Tunnel:
         self.config = config
         self.companions = companions
         if config.tls is not None:
-            forwarder = TlsForwarder(forwarder, config.tls, config.tls_certificate)
+            forwarder = TlsForwarder(forwarder, config.tls, config.tls_certificate,
+                                     config.connect_timeout)  # fmt: skip
         self.login: LoginForwarder | None = None
         if config.login is not None:  # after TLS: the login goes inside it
-            forwarder = self.login = LoginForwarder(forwarder, config.login)
+            forwarder = self.login = LoginForwarder(forwarder, config.login,
+                                                    config.connect_timeout)  # fmt: skip
         self.forwarder = forwarder
         self.client_tls = config.client_tls
         host, port = split_address(config.bootstrap)

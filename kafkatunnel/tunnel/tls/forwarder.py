@@ -9,7 +9,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, Upstream, WrappingForwarder
+from kafkatunnel.tunnel.forwarders import (
+    Forwarder,
+    ForwarderError,
+    NoAnswer,
+    Upstream,
+    WrappingForwarder,
+)
 from kafkatunnel.tunnel.tls.handshake import start_tls
 from kafkatunnel.tunnel.tls.messages import TlsSession, verification_failure
 
@@ -19,11 +25,18 @@ class TlsForwarder(WrappingForwarder):
     client certificate the context presents, as the user named it (for messages), or None."""
 
     def __init__(
-        self, inner: Forwarder, context: ssl.SSLContext, certificate: str | None = None
+        self,
+        inner: Forwarder,
+        context: ssl.SSLContext,
+        certificate: str | None = None,
+        timeout: float = 10.0,
     ) -> None:
+        """`timeout`: seconds a handshake may take (a stream that never answers it is
+        closed then, not kept)."""
         super().__init__(inner)
         self.context = context
         self.certificate = certificate
+        self.timeout = timeout
         self.sessions: dict[tuple[str, int], TlsSession] = {}  # the last one per broker
 
     def session(self, host: str, port: int) -> dict[str, object] | None:
@@ -34,7 +47,7 @@ class TlsForwarder(WrappingForwarder):
     async def open(self, host: str, port: int) -> Upstream:
         upstream = await self.inner.open(host, port)
         try:
-            tls = await start_tls(upstream, self.context, host)
+            tls = await asyncio.wait_for(start_tls(upstream, self.context, host), self.timeout)
             tls.certificate_named = self.certificate
             self.sessions[(host, port)] = TlsSession.of(tls.version, tls.certificate)
             return tls
@@ -43,6 +56,10 @@ class TlsForwarder(WrappingForwarder):
             certificate = await shown_certificate(self.inner, host, port)
             raise ForwarderError(verification_failure(host, port, error, certificate),
                                  permanent=True) from None  # fmt: skip
+        except TimeoutError:
+            await upstream.discard()
+            raise NoAnswer(f"{host}:{port}: no TLS handshake within {self.timeout:g}s "
+                                 "(is the listener TLS?)") from None  # fmt: skip
         except BaseException:
             upstream.close()
             upstream.release()
