@@ -37,6 +37,7 @@ from kafkatunnel.protocol.errors import ProtocolError
 from kafkatunnel.protocol.framing import FrameDecoder, frame
 from kafkatunnel.protocol.headers import response_body_offset, response_correlation_id
 from kafkatunnel.protocol.sasl_mechanisms import Mechanism, MechanismError
+from kafkatunnel.protocol.untrusted_text import one_line
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 HANDSHAKE_VERSION = 1  # v0 sends the mechanism's messages unframed, which Kafka 1.0 left
@@ -44,6 +45,8 @@ NEWEST_AUTHENTICATE = 2
 CLIENT_ID = "kafkatunnel-login"
 FIRST_CORRELATION = 0x6B74_0000  # "kt" and a count: easy to tell apart in a capture
 MAX_ANSWER = 1 << 20  # a login's answers are small; a broker sending more is not one
+# the failure when the stream ends first (perhaps the stream, not the login, failed)
+CLOSED_DURING_LOGIN = "the broker closed the connection during the login"
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class Login:
     def ended(self) -> None:
         """The broker closed the connection before the outcome was known."""
         if self.outcome is None:
-            self._fail(None, "the broker closed the connection during the login")
+            self._fail(None, CLOSED_DURING_LOGIN)
 
     # -- the conversation -----------------------------------------------------------------
 
@@ -171,7 +174,7 @@ class Login:
     def _after_handshake(self, response: Any) -> list[bytes]:
         code = int(response.error_code)
         if code != 0:
-            enabled = ", ".join(str(m) for m in response.mechanisms) or "none"
+            enabled = one_line(", ".join(str(m) for m in response.mechanisms)) or "none"
             return self._fail(code, f"the listener does not enable {self.mechanism.name} "
                               f"(it enables: {enabled})")  # fmt: skip
         try:
@@ -183,8 +186,8 @@ class Login:
     def _after_authenticate(self, response: Any) -> list[bytes]:
         code = int(response.error_code)
         if code != 0:
-            said = response.error_message or "the broker gave no message"
-            return self._fail(code, str(said))
+            said = one_line(response.error_message) or "the broker gave no message"
+            return self._fail(code, said)
         try:
             reply = self.mechanism.answer(bytes(response.auth_bytes))
         except MechanismError as error:

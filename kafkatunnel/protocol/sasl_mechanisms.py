@@ -31,6 +31,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+from kafkatunnel.protocol.untrusted_text import one_line
+
 
 class MechanismError(Exception):
     """The server's message cannot be answered: malformed, or it does not prove the server
@@ -160,7 +162,7 @@ class Scram(Mechanism):
     def _check_server_final(self, server_final: bytes) -> None:
         fields = _attributes(server_final, "server-final")
         if "e" in fields:
-            said = fields["e"].decode("ascii", "replace")
+            said = one_line(fields["e"])
             raise MechanismError(f"the server ended the SCRAM exchange: {said}")
         verifier = fields.get("v")
         try:

@@ -29,6 +29,7 @@ from kafkatunnel.protocol import (
     Plain,
     Scram,
 )
+from kafkatunnel.protocol.sasl_login import CLOSED_DURING_LOGIN
 from kafkatunnel.tunnel.forwarders import (
     Forwarder,
     ForwarderError,
@@ -234,7 +235,7 @@ class LoginForwarder(WrappingForwarder):
         )
         if isinstance(outcome, LoginFailed):
             refused = LoginRefused(outcome, broker, self.credentials.source)
-            if outcome.error_code is None and "closed" in outcome.message:
+            if outcome.error_code is None and outcome.message == CLOSED_DURING_LOGIN:
                 raise ForwarderError(str(refused))  # perhaps the stream, not the login
             state.error, state.error_at = str(refused), time.time()
             raise refused

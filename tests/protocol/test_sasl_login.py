@@ -208,6 +208,36 @@ def test_a_mechanism_the_listener_does_not_enable_is_named_with_those_it_does() 
     assert "(UNSUPPORTED_SASL_MECHANISM)" in login.outcome.describe()
 
 
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\r\n"  # a terminal's title, a clear screen, a new line
+
+
+def said_to_the_user(outcome: object) -> str:
+    assert isinstance(outcome, LoginFailed), outcome
+    return outcome.describe()
+
+
+@pytest.mark.parametrize("where", ["error message", "mechanisms", "scram error"])
+def test_what_a_broker_says_reaches_the_user_as_one_printable_line_cut_short(where: str) -> None:
+    """A broker's words go to the log, status and the terminal: a broker that is not the
+    cluster's (or a broken one) can neither write escape sequences there nor fill it."""
+    text = ESCAPES + "x" * 5000
+    login = Login(rfc_user())
+    if where == "mechanisms":
+        (handshake,) = login.feed(answer(login.start(), **versions()))
+        login.feed(answer(handshake, error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=(text,)))
+    else:
+        first = through_handshake(login)
+        if where == "error message":
+            login.feed(answer(first, **authenticated(code=SASL_AUTHENTICATION_FAILED,
+                                                     message=text)))  # fmt: skip
+        else:
+            (final,) = login.feed(answer(first, **authenticated(auth_bytes=RFC_SERVER_FIRST)))
+            login.feed(answer(final, **authenticated(auth_bytes=b"e=" + text.encode())))
+    said = said_to_the_user(login.outcome)
+    assert said.isprintable() and "owned" in said, said  # the words stay, the escapes do not
+    assert len(said) < 500 and said.count("x") < 400, len(said)
+
+
 def test_plain_sends_the_user_and_password_once() -> None:
     login = Login(Plain("alice", b"s3cret"))
     first = through_handshake(login)
