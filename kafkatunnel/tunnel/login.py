@@ -182,6 +182,11 @@ class LoginForwarder(WrappingForwarder):
             shown["token_error"] = self.credentials.tokens.last_error
         return shown
 
+    async def close(self) -> None:
+        if self.credentials.tokens is not None:
+            self.credentials.tokens.close()  # no refresh after the tunnel stopped
+        await super().close()
+
     async def open(self, host: str, port: int) -> Upstream:
         token = await self.token(host, port)
         upstream = await self.inner.open(host, port)

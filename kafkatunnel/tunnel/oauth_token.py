@@ -29,6 +29,7 @@ import math
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafkatunnel.protocol.untrusted_text import one_line
 from kafkatunnel.tunnel.forwarders import ForwarderError
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,9 @@ log = logging.getLogger(__name__)
 REFRESH_WINDOW = 0.8  # Kafka's sasl.login.refresh.window.factor default
 MAX_ANSWER = 256 * 1024  # a token answer is a few KiB; more is not one
 MAX_LIFETIME = 366 * 24 * 3600.0  # seconds; a longer one is not believed
-MAX_SAID = 300  # characters of the endpoint's error text shown
+# seconds; a shorter one would have the endpoint asked again and again (Kafka's client
+# does not refresh more often than sasl.login.refresh.min.period.seconds either)
+MIN_LIFETIME = 1.0
 REQUEST_TIMEOUT = 15.0  # seconds per request to the endpoint
 RETRY_PAUSE = 5.0  # seconds between attempts when a refresh fails
 # A token is not sent in the last second of its lifetime: `expires_in` and a JWT's `exp`
@@ -160,12 +164,15 @@ def read_token_answer(endpoint: TokenEndpoint, status: int, body: bytes, now: fl
     else:
         raise TokenError(f"the token endpoint's answer to {whom} says no lifetime (no "
                          "expires_in, and the token has no exp)", permanent=True)  # fmt: skip
-    if not 0 < lifetime <= MAX_LIFETIME:
+    if not MIN_LIFETIME <= lifetime <= MAX_LIFETIME:
         raise TokenError(f"the token endpoint gave {whom} a token whose lifetime is "
-                         f"{lifetime:g} s: not believed", permanent=True)  # fmt: skip
-    expires_at = now + lifetime if exp is None else exp
+                         f"{lifetime:g} s: not believed (from {MIN_LIFETIME:g} s to a year "
+                         "is)", permanent=True)  # fmt: skip
+    # for status: the JWT's own end, if it is one a clock can show
+    believable = exp is not None and now - MAX_LIFETIME <= exp <= now + MAX_LIFETIME
+    expires_at = exp if believable and exp is not None else now + lifetime
     shown_subject = subject if isinstance(subject, str) and subject.isprintable() else None
-    return Token(value, lifetime, now, expires_at, shown_subject and shown_subject[:MAX_SAID])
+    return Token(value, lifetime, now, expires_at, shown_subject and one_line(shown_subject))
 
 
 def jwt_claims(token: str) -> dict[str, object]:
@@ -191,12 +198,14 @@ def _seconds(value: object) -> float | None:
 
 def _printable(value: object, endpoint: TokenEndpoint) -> str:
     """What the endpoint said, as one line of printable text, cut short, the client secret
-    blanked (an endpoint that echoes it must not make the tunnel show it)."""
+    blanked first (an endpoint that echoes it must not make the tunnel show any of it)."""
     if not isinstance(value, str):
         return ""
-    text = "".join(c if c.isprintable() else " " for c in value)[:MAX_SAID]
     secret = endpoint.client_secret.decode("utf-8", "replace")
-    return text.replace(secret, "***") if secret else text
+    for form in (secret, urllib.parse.quote_plus(secret), urllib.parse.quote(secret)):
+        if form:
+            value = value.replace(form, "***")
+    return one_line(value)
 
 
 def _fix(error: object, endpoint: TokenEndpoint) -> str:
@@ -335,12 +344,40 @@ class TokenSource:
                 raise failed[1]
             asked = self._clock()
             try:
-                status, body = await asyncio.to_thread(self._fetch, self.endpoint)
+                status, body = await self._fetch_aside()
                 token = read_token_answer(self.endpoint, status, body, asked)
             except TokenError as cause:
                 self._failed, self.last_error = (time.monotonic(), cause), str(cause)
                 raise
             return self._keep(token)
+
+    async def _fetch_aside(self) -> tuple[int, bytes]:
+        """The blocking fetch, in a thread of its own that nothing waits for at exit: a
+        tunnel stopping while the endpoint hangs stops at once (the default executor's
+        threads are joined when the event loop ends)."""
+        loop = asyncio.get_running_loop()
+        fetched: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+
+        def settle(result: tuple[int, bytes] | None, error: BaseException | None) -> None:
+            if fetched.done():
+                return
+            if error is not None:
+                fetched.set_exception(error)
+            else:
+                assert result is not None
+                fetched.set_result(result)
+
+        def fetch() -> None:
+            result, error = None, None
+            try:
+                result = self._fetch(self.endpoint)
+            except BaseException as failed:  # handed to the waiting task, raised there
+                error = failed
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=fetch, name="kafkatunnel-token", daemon=True).start()
+        return await fetched
 
     def _keep(self, token: Token) -> Token:
         self._token, self._failed, self.last_error = token, None, None

@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -110,6 +111,30 @@ def test_an_endpoint_that_echoes_the_secret_does_not_make_the_tunnel_show_it() -
     assert "\n" not in shown and len(shown) < 700  # one line, cut short
 
 
+@pytest.mark.parametrize("at", range(270, 300))
+@pytest.mark.parametrize("form", ["as is", "form-encoded"])
+def test_an_echoed_secret_where_the_text_is_cut_shows_no_part_of_it(at: int, form: str) -> None:
+    """The secret is blanked before the text is cut short, not after: a secret that
+    straddles the cut would otherwise show its first characters."""
+    secret = SECRET.decode() if form == "as is" else urllib.parse.quote_plus(SECRET.decode())
+    said = answer(error="invalid_client", error_description="x" * at + secret + "y" * 50)
+    with pytest.raises(TokenError) as refused:
+        read_token_answer(ENDPOINT, 400, said, NOW)
+    shown = str(refused.value).split("invalid_client: ", 1)[1]
+    assert not any(secret[:n] in shown.replace("x", "") for n in range(3, len(secret) + 1)), shown
+
+
+def test_a_jwt_exp_no_clock_can_show_is_not_shown_as_its_end() -> None:
+    """`exp` is the endpoint's word for status only; one past any calendar (or negative)
+    gives the end its lifetime says, which the status table can show."""
+    for exp in (10**17, -(10**17)):
+        token = jwt({"exp": exp})
+        read = read_token_answer(ENDPOINT, 200, answer(access_token=token, token_type="Bearer",
+                                                       expires_in=300), NOW)  # fmt: skip
+        assert read.expires_at == NOW + 300
+        time.localtime(read.expires_at)  # what the status table does with it
+
+
 @pytest.mark.parametrize(
     ("status", "body", "said"),
     [
@@ -133,6 +158,7 @@ def test_an_endpoint_that_echoes_the_secret_does_not_make_the_tunnel_show_it() -
         (200, answer(access_token="t", token_type="Bearer", expires_in=0), "lifetime is 0 s"),
         (200, answer(access_token="t", token_type="Bearer", expires_in=-5), "is -5 s"),
         (200, answer(access_token="t", token_type="Bearer", expires_in=10**12), "not believed"),
+        (200, answer(access_token="t", token_type="Bearer", expires_in=0.001), "not believed"),
         (200, answer(error="server_error"), "refused client kafkatunnel at https://idp"),
         (503, answer(), "(HTTP 503): no error code"),
     ],
@@ -190,6 +216,38 @@ def token_then_refusals(lifetime: float, fetched: list[float]) -> Fetch:
     return fetch
 
 
+def test_a_stop_while_a_refresh_hangs_on_the_endpoint_is_not_held_up_by_it() -> None:
+    """An endpoint that stops answering mid-run: the refresh waits on it (up to the
+    request's own bound), and the tunnel stopping meanwhile ends at once, not when the
+    request gives up (`down` waits only so long for a tunnel to end)."""
+    hang = threading.Event()
+    fetched: list[float] = []
+
+    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+        fetched.append(time.monotonic())
+        if len(fetched) == 1:
+            return 200, answer(access_token="token-1", token_type="Bearer", expires_in=1.0)
+        hang.wait(60)  # no answer
+        return 401, REFUSAL
+
+    async def run() -> None:
+        source = TokenSource(ENDPOINT, fetch)
+        await source.current()
+        deadline = time.monotonic() + 5
+        while len(fetched) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert len(fetched) == 2, "the refresh did not start"
+        source.close()
+
+    started = time.monotonic()
+    try:
+        asyncio.run(run())
+        stopped_after = time.monotonic() - started
+    finally:
+        hang.set()
+    assert stopped_after < 10, f"the stop waited {stopped_after:.1f}s for the endpoint"
+
+
 def test_a_failed_refresh_keeps_the_valid_token_then_logins_fail_with_the_endpoints_words() -> None:
     """The refresh refused: the token held is used until it ends (the refusal kept for
     status); then a login fails with the endpoint's refusal, saying the token ended, and
@@ -237,7 +295,7 @@ def test_a_refresh_refused_again_and_again_is_logged_once(
     fetched: list[float] = []
 
     async def run() -> None:
-        source = TokenSource(ENDPOINT, token_then_refusals(0.5, fetched))
+        source = TokenSource(ENDPOINT, token_then_refusals(1.0, fetched))
         try:
             await source.current()
             deadline = time.monotonic() + 5
