@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import math
 import os
 import signal
 import socket
@@ -95,7 +96,7 @@ from kafkatunnel.tunnel.containers import ContainerPlan, ContainersError
 from kafkatunnel.tunnel.containers import plan as plan_for_containers
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.tunnel.listeners import interface_of
-from kafkatunnel.tunnel.oauth_token import TokenError, TokenSource
+from kafkatunnel.tunnel.oauth_token import REQUEST_TIMEOUT, TokenError, TokenSource
 from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, Endpoint
 from kafkatunnel.tunnel.tls import (
     TlsOptions,
@@ -181,7 +182,8 @@ def up(
     start_timeout: float = typer.Option(
         START_TIMEOUT,
         metavar="SECONDS",
-        help="At start, wait this long for the bootstrap broker to answer, else exit (0: no wait).",
+        help="At start, wait this long for the bootstrap broker (and an OAUTHBEARER token) "
+        "to answer, else exit (0: no wait for the broker).",
         rich_help_panel=LIMITS,
     ),
     table: bool = typer.Option(
@@ -504,7 +506,7 @@ def run_up(console: Console, options: UpOptions) -> None:
                       f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
                       "their own", highlight=False)  # fmt: skip
     if login is not None and login.tokens is not None:
-        _first_token(login.tokens)
+        _first_token(login.tokens, options.limits.start_timeout)
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
@@ -580,12 +582,15 @@ def run_up(console: Console, options: UpOptions) -> None:
         raise typer.Exit(2) from None
 
 
-def _first_token(tokens: TokenSource) -> None:
+def _first_token(tokens: TokenSource, start_timeout: float) -> None:
     """OAUTHBEARER: the first token, before the tunnel starts, so that an endpoint that
     cannot be reached or refuses the client stops `up` at once with its own cause (not a
-    bootstrap broker that seems not to answer)."""
+    bootstrap broker that seems not to answer), and one that does not answer stops it
+    after --start-timeout (REQUEST_TIMEOUT with 0, which waits for no broker; a value that
+    is no timeout is refused once the token is in)."""
+    within = start_timeout if 0 < start_timeout < math.inf else REQUEST_TIMEOUT
     try:
-        tokens.fetch_first()
+        tokens.fetch_first(within)
     except TokenError as cause:  # it names the endpoint, the client, the cause and the fix
         error(f"the tunnel cannot log in: {cause}")
         raise typer.Exit(2) from None

@@ -5,14 +5,17 @@ client's default refresh window, sasl.login.refresh.window.factor), before it ex
 
 The request and the reading of the answer are pure functions (`token_request`,
 `read_token_answer`); `TokenSource` is the thin I/O on top: urllib in a thread, no
-redirect followed, the answer read up to a bound. The endpoint's answer is input like any
-other: its size is bounded, its fields checked, and what it says when it refuses (RFC 6749
-5.2's `error` and `error_description`) is shown as printable text, cut short, with the
-client secret blanked should it echo it.
+redirect followed, the answer read up to a bound and waited for at most a bound: at start
+the user's start timeout, then REQUEST_TIMEOUT per request (an endpoint that takes the
+connection and never answers holds no login longer). The endpoint's answer is input like
+any other: its size is bounded, its fields checked, and what it says when it refuses (RFC
+6749 5.2's `error` and `error_description`) is shown as printable text, cut short, with
+the client secret blanked should it echo it.
 
-Once the tunnel runs, a refresh that fails is asked again every RETRY_PAUSE seconds, and
-the token held is used until it ends; after that, logins fail with what the endpoint said
-last (asked again at most every RETRY_PAUSE seconds, however many connections open).
+Once the tunnel runs, a refresh that fails (or is not answered within REQUEST_TIMEOUT) is
+asked again every RETRY_PAUSE seconds, and the token held is used until it ends; after
+that, logins fail with what the endpoint said last (asked again at most every RETRY_PAUSE
+seconds, however many connections open).
 
 Neither the token nor the client secret is ever in a repr, a message, a log or status:
 status has the token's expiry and subject only."""
@@ -35,6 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +53,9 @@ MAX_LIFETIME = 366 * 24 * 3600.0  # seconds; a longer one is not believed
 # seconds; a shorter one would have the endpoint asked again and again (Kafka's client
 # does not refresh more often than sasl.login.refresh.min.period.seconds either)
 MIN_LIFETIME = 1.0
-REQUEST_TIMEOUT = 15.0  # seconds per request to the endpoint
+# seconds a request to the endpoint is waited for once the tunnel runs (at start: the start
+# timeout, this one when it is 0)
+REQUEST_TIMEOUT = 15.0
 RETRY_PAUSE = 5.0  # seconds between attempts when a refresh fails
 # A token is not sent in the last second of its lifetime: `expires_in` and a JWT's `exp`
 # are whole seconds from when it was issued (Keycloak's), and a broker that gets a token
@@ -63,6 +69,10 @@ MAX_TOKEN = 64 * 1024
 class TokenError(ForwarderError):
     """No token: the endpoint refused the client, or its answer cannot be used. The
     message names the client id and the endpoint, and what the endpoint said."""
+
+
+class NoAnswer(TokenError):
+    """The endpoint took the connection and did not answer in time."""
 
 
 @dataclass(frozen=True)
@@ -217,13 +227,15 @@ def _fix(error: object, endpoint: TokenEndpoint) -> str:
     return ""
 
 
-Fetch = Callable[[TokenEndpoint], tuple[int, bytes]]
+# a request to the endpoint, its every wait bounded by the seconds given: (status, body)
+Fetch = Callable[[TokenEndpoint, float], tuple[int, bytes]]
 
 
-def http_fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+def http_fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
     """POST the grant to the endpoint (blocking: run it in a thread); the HTTP status and
     at most MAX_ANSWER + 1 bytes of the body. TokenError when the endpoint cannot be
-    reached (naming it, never the request)."""
+    reached (naming it, never the request); NoAnswer when a wait (to connect, for a byte
+    of the answer) lasts `within` seconds."""
     body, headers = token_request(endpoint)
     request = urllib.request.Request(endpoint.url, data=body, headers=headers, method="POST")
     context = None
@@ -237,13 +249,15 @@ def http_fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
                              permanent=True) from None  # fmt: skip
     opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
     try:
-        with opener.open(request, timeout=REQUEST_TIMEOUT) as answer:
+        with opener.open(request, timeout=within) as answer:
             return int(answer.status), answer.read(MAX_ANSWER + 1)
     except urllib.error.HTTPError as answer:
         with contextlib.closing(answer):
             return int(answer.code), answer.read(MAX_ANSWER + 1)
     except (urllib.error.URLError, OSError, ValueError) as cause:
         reason = getattr(cause, "reason", None) or cause
+        if isinstance(reason, TimeoutError):
+            raise NoAnswer(unanswered(endpoint, within, "")) from None
         said = unreached(reason, endpoint)
         raise TokenError(f"cannot reach the token endpoint {endpoint.url} for client "
                          f"{endpoint.client_id}: {said}") from None  # fmt: skip
@@ -259,13 +273,27 @@ def unreached(reason: object, endpoint: TokenEndpoint) -> str:
     if isinstance(reason, socket.gaierror):
         said = (reason.strerror or str(reason)).lower()
         return f"the name {host} is not resolved ({said}){check}"
-    if isinstance(reason, TimeoutError):
-        return f"no answer within {REQUEST_TIMEOUT:g} s{running}"
     if isinstance(reason, ssl.SSLCertVerificationError):
         said = reason.verify_message or str(reason)
+        if reason.verify_code in (X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH):
+            return (f"its certificate is not for {host} ({said}); name the endpoint in "
+                    "--sasl-token-endpoint as its certificate does")  # fmt: skip
         return f"its certificate is not trusted ({said}); give its CA with --sasl-token-endpoint-ca"
     said = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
     return f"{said}{check}"
+
+
+# OpenSSL's verify codes for a certificate valid but for another name (x509_vfy.h)
+X509_V_ERR_HOSTNAME_MISMATCH = 62
+X509_V_ERR_IP_ADDRESS_MISMATCH = 64
+
+
+def unanswered(endpoint: TokenEndpoint, within: float, fix: str) -> str:
+    """An endpoint that took the connection and said nothing for `within` seconds: what
+    to check, and `fix` (how to give it longer)."""
+    return (f"the token endpoint {endpoint.url} did not answer client {endpoint.client_id} "
+            f"within {within:g} s; check --sasl-token-endpoint, that the identity provider "
+            f"runs and the network to it{fix}")  # fmt: skip
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -280,7 +308,12 @@ class TokenSource:
     fetched again in the background once REFRESH_WINDOW of its lifetime has passed (until
     then, and while a refresh fails, the one held is used as long as it is valid). Once it
     has ended with no new one, a login fails with the endpoint's last refusal, which is
-    asked for again at most every RETRY_PAUSE seconds."""
+    asked for again at most every RETRY_PAUSE seconds.
+
+    Each request runs in a thread of its own, waited for at most a bound; a daemon, so
+    that one the endpoint never answers holds up neither a login nor the exit. One request
+    at a time: while one not answered in time still runs, the next attempt waits on it
+    rather than start another."""
 
     def __init__(
         self,
@@ -298,6 +331,7 @@ class TokenSource:
         self._refresh_at = 0.0  # wall clock
         self._lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
+        self._asking: tuple[float, Future[tuple[int, bytes]]] | None = None  # when, what
 
     def __repr__(self) -> str:
         return f"TokenSource({self.endpoint.describe()})"
@@ -306,11 +340,16 @@ class TokenSource:
     def token(self) -> Token | None:
         return self._token
 
-    def fetch_first(self) -> Token:
-        """The first token, asked for before the tunnel runs (blocking; no event loop yet):
-        TokenError, naming the endpoint and what went wrong, stops the start."""
-        asked = self._clock()
-        status, body = self._fetch(self.endpoint)
+    def fetch_first(self, within: float = REQUEST_TIMEOUT) -> Token:
+        """The first token, asked for before the tunnel runs (blocking; no event loop yet),
+        waited for at most `within` seconds (the start timeout): TokenError, naming the
+        endpoint and what went wrong, stops the start."""
+        asked, answer = self._ask(within)
+        try:
+            status, body = answer.result(timeout=within)
+        except (TimeoutError, NoAnswer):
+            fix = ", or give it longer with --start-timeout"
+            raise NoAnswer(unanswered(self.endpoint, within, fix)) from None
         return self._keep(read_token_answer(self.endpoint, status, body, asked))
 
     async def current(self) -> Token:
@@ -342,42 +381,37 @@ class TokenSource:
             failed = self._failed
             if not again and failed and time.monotonic() - failed[0] < RETRY_PAUSE:
                 raise failed[1]
-            asked = self._clock()
+            asked, answer = self._ask(REQUEST_TIMEOUT)
             try:
-                status, body = await self._fetch_aside()
+                try:
+                    status, body = await asyncio.wait_for(
+                        asyncio.wrap_future(answer), REQUEST_TIMEOUT
+                    )
+                except (TimeoutError, NoAnswer):
+                    raise NoAnswer(unanswered(self.endpoint, REQUEST_TIMEOUT, "")) from None
                 token = read_token_answer(self.endpoint, status, body, asked)
             except TokenError as cause:
                 self._failed, self.last_error = (time.monotonic(), cause), str(cause)
                 raise
             return self._keep(token)
 
-    async def _fetch_aside(self) -> tuple[int, bytes]:
-        """The blocking fetch, in a thread of its own that nothing waits for at exit: a
-        tunnel stopping while the endpoint hangs stops at once (the default executor's
-        threads are joined when the event loop ends)."""
-        loop = asyncio.get_running_loop()
-        fetched: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+    def _ask(self, within: float) -> tuple[float, Future[tuple[int, bytes]]]:
+        """The request still running, or a new one (each of its waits bounded by
+        `within`): when it was asked (the clock), and its answer to come."""
+        if self._asking is not None and not self._asking[1].done():
+            return self._asking
+        answer: Future[tuple[int, bytes]] = Future()
+        answer.set_running_or_notify_cancel()  # a waiter that gives up does not cancel it
 
-        def settle(result: tuple[int, bytes] | None, error: BaseException | None) -> None:
-            if fetched.done():
-                return
-            if error is not None:
-                fetched.set_exception(error)
-            else:
-                assert result is not None
-                fetched.set_result(result)
-
-        def fetch() -> None:
-            result, error = None, None
+        def ask() -> None:
             try:
-                result = self._fetch(self.endpoint)
-            except BaseException as failed:  # handed to the waiting task, raised there
-                error = failed
-            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
-                loop.call_soon_threadsafe(settle, result, error)
+                answer.set_result(self._fetch(self.endpoint, within))
+            except Exception as cause:  # a TokenError, or the fetch's bug: the waiter's
+                answer.set_exception(cause)
 
-        threading.Thread(target=fetch, name="kafkatunnel-token", daemon=True).start()
-        return await fetched
+        self._asking = (self._clock(), answer)
+        threading.Thread(target=ask, name="token-endpoint", daemon=True).start()
+        return self._asking
 
     def _keep(self, token: Token) -> Token:
         self._token, self._failed, self.last_error = token, None, None

@@ -1,23 +1,30 @@
 """The OAUTHBEARER token's request and the reading of the token endpoint's answer (pure
 functions, fed answers as identity providers write them), the token source's sharing and
 refresh (its HTTP request replaced by a function that counts), and `up`'s OAUTHBEARER
-flags and profile keys. That a real endpoint and a real broker agree is shown with
-Keycloak and Apache Kafka (tests/apache/test_login_oauth.py)."""
+flags and profile keys; `up` against real endpoints that cannot give a token (nothing
+listens, a name not resolved, a socket that never answers, an https endpoint whose
+certificate is not trusted or is for another name). That a real endpoint and a real broker
+agree is shown with Keycloak and Apache Kafka (tests/apache/test_login_oauth.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import http.server
 import json
 import logging
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,10 +32,12 @@ import typer
 
 from kafkatunnel.cli.up_options import Reach, SaslFlags, UpOptions, check
 from kafkatunnel.localcluster import free_port_run
+from kafkatunnel.localcluster.authority import Authority
 from kafkatunnel.tunnel import oauth_token
 from kafkatunnel.tunnel.oauth_token import (
     MAX_ANSWER,
     Fetch,
+    NoAnswer,
     TokenEndpoint,
     TokenError,
     TokenSource,
@@ -177,7 +186,7 @@ def test_one_token_is_fetched_for_all_and_again_at_80_percent_of_its_lifetime() 
     one's lifetime, before it ends, and is the one logins get after."""
     fetched: list[float] = []
 
-    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
         fetched.append(time.monotonic())
         time.sleep(0.05)  # the logins below all wait on this one
         token = f"token-{len(fetched)}"
@@ -207,7 +216,7 @@ REFUSAL = answer(error="invalid_client", error_description="Invalid client crede
 def token_then_refusals(lifetime: float, fetched: list[float]) -> Fetch:
     """An endpoint that gives one token, then refuses the client (its secret changed)."""
 
-    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
         fetched.append(time.monotonic())
         if len(fetched) == 1:
             return 200, answer(access_token="token-1", token_type="Bearer", expires_in=lifetime)
@@ -223,7 +232,7 @@ def test_a_stop_while_a_refresh_hangs_on_the_endpoint_is_not_held_up_by_it() -> 
     hang = threading.Event()
     fetched: list[float] = []
 
-    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
         fetched.append(time.monotonic())
         if len(fetched) == 1:
             return 200, answer(access_token="token-1", token_type="Bearer", expires_in=1.0)
@@ -316,7 +325,7 @@ def test_the_first_token_is_fetched_before_the_tunnel_runs() -> None:
     """`up` asks for it before the event loop runs; the first login uses it."""
     fetched: list[str] = []
 
-    def fetch(endpoint: TokenEndpoint) -> tuple[int, bytes]:
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
         fetched.append(endpoint.url)
         return 200, answer(access_token=f"token-{len(fetched)}", token_type="Bearer",
                            expires_in=60)  # fmt: skip
@@ -331,6 +340,26 @@ def test_the_first_token_is_fetched_before_the_tunnel_runs() -> None:
             source.close()
 
     assert asyncio.run(first_login()) == "token-1" and len(fetched) == 1
+
+
+CLIENT_SECRET = "s3cret-of-the-client"
+
+
+def up_oauth(tmp_path: Path, url: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`up` with OAUTHBEARER tokens from `url` (and `flags`), to a bootstrap broker that
+    is not there: it ends on its own, at the token or at the broker."""
+    secret = tmp_path / "secret"
+    secret.write_text(f"{CLIENT_SECRET}\n")
+    secret.chmod(0o600)
+    listen = f"127.0.0.1:{free_port_run(1)}"
+    argv = [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--bootstrap",
+            "kafka-0.kafka:9092", "--exec", "nc {host} {port}", "--listen", listen,
+            "--sasl-mechanism", "OAUTHBEARER", "--sasl-token-endpoint", url,
+            "--sasl-client-id", "kafkatunnel", "--sasl-client-secret-file", str(secret),
+            *flags]  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKATUNNEL_")}
+    return subprocess.run(argv, cwd=tmp_path, env={**clean, "COLUMNS": "1000"},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
 def closed_port() -> tuple[socket.socket, int]:
@@ -356,20 +385,9 @@ def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
         "unresolved-name": ("http://idp.invalid/token", "the name idp.invalid is not resolved "
                             "("),
     }[where]  # fmt: skip
-    secret = tmp_path / "secret"
-    secret.write_text("s3cret-of-the-client\n")
-    secret.chmod(0o600)
-    listen = f"127.0.0.1:{free_port_run(1)}"
-    argv = [sys.executable, "-m", "kafkatunnel", "up", "--no-table", "--bootstrap",
-            "kafka-0.kafka:9092", "--exec", "nc {host} {port}", "--listen", listen,
-            "--start-timeout", "60", "--sasl-mechanism", "OAUTHBEARER",
-            "--sasl-token-endpoint", url, "--sasl-client-id", "kafkatunnel",
-            "--sasl-client-secret-file", str(secret)]  # fmt: skip
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKATUNNEL_")}
     started = time.monotonic()
     try:
-        out = subprocess.run(argv, cwd=tmp_path, env={**clean, "COLUMNS": "1000"},
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        out = up_oauth(tmp_path, url, "--start-timeout", "60")
     finally:
         holder.close()
     took = time.monotonic() - started
@@ -378,7 +396,245 @@ def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
     told = f"error: the tunnel cannot log in: cannot reach the token endpoint {url} for client"
     assert lines[0].startswith(f"{told} kafkatunnel: {cause}"), lines
     assert took < 30, took  # at once, not after --start-timeout 60
-    assert "s3cret-of-the-client" not in out.stdout + out.stderr
+    assert CLIENT_SECRET not in out.stdout + out.stderr
+
+
+class Silent:
+    """A token endpoint that takes every connection and never says a byte (a provider that
+    hangs, a proxy that holds the request): a fault no real identity provider produces on
+    demand, so a real listening socket plays it. `accepted`: when each connection was
+    taken (time.monotonic)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[float] = []
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._take, daemon=True).start()
+
+    def _take(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                connection, _ = self.listener.accept()
+                self.accepted.append(time.monotonic())
+                self.held.append(connection)  # open and silent until the test ends
+
+    def close(self) -> None:
+        for held in [self.listener, *self.held]:
+            held.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    endpoint = Silent()
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_token_endpoint_that_never_answers_stops_up_after_the_start_timeout(
+    tmp_path: Path, silent: Silent, scheme: str
+) -> None:
+    """At start, an endpoint that takes the connection and says nothing (https: not even
+    its half of the handshake) stops `up` once --start-timeout has passed (3 s here; not
+    the per-request bound of a running tunnel, 15 s), with one line naming the endpoint,
+    the wait and what to check or raise."""
+    url = f"{scheme}://127.0.0.1:{silent.port}/token"
+    started = time.monotonic()
+    out = up_oauth(tmp_path, url, "--start-timeout", "3")
+    ended = time.monotonic()
+    assert len(silent.accepted) == 1, (silent.accepted, out.stderr)  # asked once
+    waited = ended - silent.accepted[0]  # from the connection to the exit
+    assert 2.9 <= waited < 6, (waited, out.stderr)  # the 3 s asked for, not 15 (nor less)
+    assert ended - started < 12, ended - started
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0] == (
+        f"error: the tunnel cannot log in: the token endpoint {url} did not answer client "
+        "kafkatunnel within 3 s; check --sasl-token-endpoint, that the identity provider "
+        "runs and the network to it, or give it longer with --start-timeout")  # fmt: skip
+    assert CLIENT_SECRET not in out.stdout + out.stderr
+
+
+def test_the_first_token_is_waited_for_as_long_as_start_asks(
+    silent: Silent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first fetch waits the time `up` gives it (its start timeout), however it
+    compares with REQUEST_TIMEOUT (here 0.3 s, for a 1 s start), and no longer: for a
+    socket that never answers, and for a request that never returns (a fetch that hangs
+    where no socket timeout reaches: a name slow to resolve, a byte at a time)."""
+    monkeypatch.setattr(oauth_token, "REQUEST_TIMEOUT", 0.3)
+    release = threading.Event()
+
+    def hangs(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        release.wait(10)
+        return 401, REFUSAL
+
+    url = f"http://127.0.0.1:{silent.port}/token"
+    sources = [TokenSource(TokenEndpoint(url, "kafkatunnel", SECRET, None, None, "")),
+               TokenSource(ENDPOINT, hangs)]  # fmt: skip
+    try:
+        for source in sources:
+            started = time.monotonic()
+            with pytest.raises(NoAnswer) as unanswered:
+                source.fetch_first(1.0)
+            took = time.monotonic() - started
+            assert 0.95 <= took < 3, (source, took)
+            said = str(unanswered.value)
+            assert f"{source.endpoint.url} did not answer client kafkatunnel within 1 s" in said
+            assert said.endswith("or give it longer with --start-timeout"), said
+    finally:
+        release.set()
+    assert len(silent.accepted) == 1
+
+
+def test_a_refresh_the_endpoint_never_answers_is_given_up_after_the_request_timeout(
+    silent: Silent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the tunnel runs, a request to the token endpoint is waited for at most
+    REQUEST_TIMEOUT (here 0.5 s): a login that needs a token fails then, saying so, rather
+    than wait on an endpoint that never answers."""
+    monkeypatch.setattr(oauth_token, "REQUEST_TIMEOUT", 0.5)
+    url = f"http://127.0.0.1:{silent.port}/token"
+    endpoint = TokenEndpoint(url, "kafkatunnel", SECRET, None, None, "")
+
+    async def login() -> tuple[str, float]:
+        source = TokenSource(endpoint)
+        started = time.monotonic()
+        try:
+            with pytest.raises(NoAnswer) as unanswered:
+                await source.current()
+            return str(unanswered.value), time.monotonic() - started
+        finally:
+            source.close()
+
+    said, took = asyncio.run(login())
+    assert said == (
+        f"the token endpoint {url} did not answer client kafkatunnel within 0.5 s; check "
+        "--sasl-token-endpoint, that the identity provider runs and the network to it")  # fmt: skip
+    assert 0.45 <= took < 3, took
+    assert len(silent.accepted) == 1
+
+
+def test_a_request_not_answered_in_time_is_waited_on_again_not_asked_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An endpoint that answers too slowly for REQUEST_TIMEOUT (a byte at a time, say)
+    gets one request at a time: the next attempt waits on the one still running (and takes
+    its token when it comes) instead of piling up threads and requests."""
+    monkeypatch.setattr(oauth_token, "REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr(oauth_token, "RETRY_PAUSE", 0.0)
+    release = threading.Event()
+    fetched: list[float] = []
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        fetched.append(within)
+        release.wait(10)
+        return 200, answer(access_token="token-1", token_type="Bearer", expires_in=60)
+
+    async def logins() -> str:
+        source = TokenSource(ENDPOINT, fetch)
+        try:
+            for _ in range(2):
+                with pytest.raises(NoAnswer):
+                    await source.current()
+            release.set()
+            return (await source.current()).value
+        finally:
+            source.close()
+
+    assert asyncio.run(logins()) == "token-1"
+    assert fetched == [0.2], fetched  # one request, its waits bounded as the source's
+
+
+@dataclass
+class Https:
+    """A real https token endpoint (http.server under the standard `ssl` module) with a
+    certificate for `names` signed by a CA of the test's own (`ca`, PEM), which no system
+    trusts; it answers every POST with a token and keeps what was asked (`asked`)."""
+
+    url: str
+    ca: Path
+    asked: list[str]
+
+
+@contextlib.contextmanager
+def https_endpoint(directory: Path, names: list[str], host: str) -> Iterator[Https]:
+    authority = Authority(directory, "identity provider CA")
+    issued = authority.issue("identity-provider", names)
+    asked: list[str] = []
+
+    class Endpoint(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            asked.append(self.rfile.read(length).decode())
+            token = answer(access_token=jwt({"sub": "kafkatunnel", "exp": time.time() + 300}),
+                           token_type="Bearer", expires_in=300)  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(token)))
+            self.end_headers()
+            self.wfile.write(token)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(issued.cert, issued.key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        yield Https(f"https://{host}:{server.server_address[1]}/token", authority.pem, asked)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("case", "names", "host"),
+    [
+        ("not-trusted", ["127.0.0.1"], "127.0.0.1"),
+        ("trusted-with-its-ca", ["127.0.0.1"], "127.0.0.1"),
+        ("for-another-name", ["127.0.0.1"], "localhost"),
+        ("for-another-address", ["idp.localhost"], "127.0.0.1"),
+    ],
+)
+def test_an_https_token_endpoint_is_asked_only_when_its_certificate_is_trusted(
+    tmp_path: Path, case: str, names: list[str], host: str
+) -> None:
+    """An https endpoint whose certificate's CA the tunnel does not know stops `up` at
+    start, saying so and that --sasl-token-endpoint-ca gives it; with that flag, the same
+    endpoint is asked for the token (and `up` goes on to the bootstrap broker, absent
+    here). A certificate for another name stops `up` even with its CA, saying so."""
+    with https_endpoint(tmp_path, names, host) as endpoint:
+        ca = [] if case == "not-trusted" else ["--sasl-token-endpoint-ca", str(endpoint.ca)]
+        out = up_oauth(tmp_path, endpoint.url, "--start-timeout", "1", *ca)
+    lines = out.stderr.splitlines()
+    assert CLIENT_SECRET not in out.stdout + out.stderr
+    if case == "trusted-with-its-ca":  # the token came: up stops at the broker instead
+        assert [urllib.parse.parse_qs(body) for body in endpoint.asked] == [
+            {"grant_type": ["client_credentials"]}], endpoint.asked  # fmt: skip
+        broker = "error: the bootstrap broker kafka-0.kafka:9092 did not answer within 1s"
+        assert out.returncode == 2 and any(line.startswith(broker) for line in lines), lines
+        assert "token" not in out.stderr, out.stderr
+        return
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    cannot = (f"error: the tunnel cannot log in: cannot reach the token endpoint "
+              f"{endpoint.url} for client kafkatunnel: ")  # fmt: skip
+    if case == "not-trusted":
+        assert endpoint.asked == []
+        assert re.fullmatch(rf"{re.escape(cannot)}its certificate is not trusted \(unable to "
+                            r"get local issuer certificate\); give its CA with "
+                            r"--sasl-token-endpoint-ca", lines[0]), lines  # fmt: skip
+    else:
+        assert endpoint.asked == []
+        named = "IP address" if case == "for-another-address" else "Hostname"
+        assert re.fullmatch(rf"{re.escape(cannot)}its certificate is not for {host} "
+                            rf"\({named} mismatch, certificate is not valid for '{host}'\.\); "
+                            r"name the endpoint in --sasl-token-endpoint as its certificate "
+                            r"does", lines[0]), lines  # fmt: skip
 
 
 OAUTH = {"mechanism": "OAUTHBEARER", "token_endpoint": "https://idp.example/token",
