@@ -11,11 +11,11 @@ MAX_SHOWN = 300  # characters of someone else's text shown
 
 def one_line(value: object, limit: int = MAX_SHOWN) -> str:
     """`value` (str or bytes, UTF-8 with errors replaced) with every character that is not
-    printable made a space and cut to `limit` characters ("..." marks the cut); "" for
-    anything else."""
+    printable made a space, the spaces at its ends dropped, and cut to `limit` characters
+    ("..." marks the cut); "" for anything else."""
     if isinstance(value, bytes | bytearray):
         value = bytes(value).decode("utf-8", "replace")
     if not isinstance(value, str):
         return ""
-    text = "".join(c if c.isprintable() else " " for c in value)
+    text = "".join(c if c.isprintable() else " " for c in value).strip()
     return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."

@@ -26,6 +26,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import http.client
 import json
 import logging
 import math
@@ -254,7 +255,7 @@ def http_fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
     except urllib.error.HTTPError as answer:
         with contextlib.closing(answer):
             return int(answer.code), answer.read(MAX_ANSWER + 1)
-    except (urllib.error.URLError, OSError, ValueError) as cause:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as cause:
         reason = getattr(cause, "reason", None) or cause
         if isinstance(reason, TimeoutError):
             raise NoAnswer(unanswered(endpoint, within, "")) from None
@@ -279,7 +280,10 @@ def unreached(reason: object, endpoint: TokenEndpoint) -> str:
             return (f"its certificate is not for {host} ({said}); name the endpoint in "
                     "--sasl-token-endpoint as its certificate does")  # fmt: skip
         return f"its certificate is not trusted ({said}); give its CA with --sasl-token-endpoint-ca"
-    said = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    if isinstance(reason, http.client.HTTPException):  # something else listens there
+        said = one_line(str(reason), 80) or type(reason).__name__
+        return f"what answers there does not speak HTTP ({said}){check} and its port"
+    said = getattr(reason, "strerror", None) or one_line(str(reason)) or type(reason).__name__
     return f"{said}{check}"
 
 

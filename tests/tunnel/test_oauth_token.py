@@ -399,6 +399,31 @@ def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
     assert CLIENT_SECRET not in out.stdout + out.stderr
 
 
+def test_a_token_endpoint_url_where_something_else_listens_stops_up_saying_so(
+    tmp_path: Path,
+) -> None:
+    """A URL with the wrong port, where another service answers first (an SSH server's
+    greeting): not HTTP, which `up` says in one line, naming the flag, with no traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def greet() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = listener.accept()
+                    with connection:
+                        connection.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n")
+
+        threading.Thread(target=greet, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/token"
+        out = up_oauth(tmp_path, url, "--start-timeout", "20")
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0] == (
+        f"error: the tunnel cannot log in: cannot reach the token endpoint {url} for client "
+        "kafkatunnel: what answers there does not speak HTTP (SSH-2.0-OpenSSH_9.2p1 "
+        "Debian-2+deb12u3); check --sasl-token-endpoint and its port"), lines  # fmt: skip
+
+
 class Silent:
     """A token endpoint that takes every connection and never says a byte (a provider that
     hangs, a proxy that holds the request): a fault no real identity provider produces on
