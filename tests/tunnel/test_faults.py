@@ -5,6 +5,7 @@ flag, and nothing listens beyond loopback unless asked."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 import uuid
@@ -85,6 +86,53 @@ def test_unreachable_broker_closes_the_client_promptly_and_says_why(
     )
     assert "Connection refused" in endpoint["last_error"]
     assert f"127.0.0.1:{dead}" in endpoint["last_error"]
+
+
+def test_a_flood_of_failing_connections_is_said_once_then_counted(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """50 clients at a broker whose forward fails every connection (as librdkafka
+    reconnects when a token ended, a forward is down): the first failure is logged in full
+    at once, the others only counted, and one line says how many once the window passed;
+    status counts every one. The forward's stderr (a pid, the time) differs per connection,
+    the client's port too: they are still the same failure."""
+    with socket.socket() as s:  # a port with nobody listening inside the cluster
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    window = 5.0
+    with caplog.at_level(logging.WARNING, logger="kafkatunnel.proxy"):
+        tunnel = make_tunnel(
+            bootstrap=f"127.0.0.1:{dead}", discover_at_start=False, repeat_window=window
+        )
+        host, port = split_address(tunnel.bootstrap_servers)
+        clients = [socket.create_connection((host, port)) for _ in range(50)]
+        for client in clients:
+            assert _closed_by_peer(client, within=10)
+            client.close()
+        endpoint = wait_for(
+            lambda: (e := tunnel.status()["endpoints"][0])["errors"] == 50 and e,
+            timeout=10,
+            what="status to count the 50 failures",
+        )
+        assert f"127.0.0.1:{dead}" in endpoint["last_error"], endpoint
+        counted = f"more connections failed the same way in the last {window:g} s: "
+
+        def lines() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if f"upstream 127.0.0.1:{dead}" in r.getMessage()]
+
+        def all_told() -> list[logging.LogRecord] | None:
+            counts = [r for r in lines() if counted in r.getMessage()]
+            total = sum(int(r.getMessage().split(": ", 1)[1].split()[0]) for r in counts)
+            return counts if total == 49 else None
+
+        counts = wait_for(all_told, timeout=window + 15, what="a line counting the other 49")
+    full = [r for r in lines() if counted not in r.getMessage()]
+    assert len(full) == 1, [r.getMessage() for r in full]
+    said = full[0].getMessage()
+    assert "Connection refused" in said and said.startswith(f"{host}:{port}: upstream "), said
+    assert len(lines()) <= 3, [r.getMessage() for r in lines()]  # not 50
+    assert counts[0].created - full[0].created >= window - 0.1  # once the window passed
+    assert said.split(": ", 1)[1] in counts[0].getMessage()  # what failed, not only how many
 
 
 def test_port_in_use_fails_at_start_naming_port_and_flag(cluster: LocalCluster) -> None:
