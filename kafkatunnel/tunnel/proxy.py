@@ -22,6 +22,7 @@ from kafkatunnel.protocol import (
     RefusedUnanswerable,
     RequestHeader,
 )
+from kafkatunnel.tunnel.failure_log import FAILED, FailureLog
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, NoAnswer, Upstream
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
@@ -57,6 +58,7 @@ class ClientConnection:
         make_exchange: Callable[[Endpoint], Exchange | PassThrough],
         connect_timeout: float,
         on_close: Callable[[ClientConnection], None],
+        failures: FailureLog,
         record: Callable[[Endpoint, Address, Address], Recording] | None = None,
         zero_copy: bool = True,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
@@ -69,6 +71,7 @@ class ClientConnection:
         self.exchange = make_exchange(endpoint)
         self.connect_timeout = connect_timeout
         self.on_close = on_close
+        self.failures = failures  # what went wrong, said once for many alike
         self.record = record
         self.zero_copy = zero_copy
         self.learn = learn  # brokers the answers name, given tunnel addresses
@@ -283,7 +286,8 @@ class ClientConnection:
     def _own_login(self) -> None:
         """A client of a tunnel that logs in, logging in itself: the tunnel answers its
         SaslHandshake (or SaslAuthenticate) in the broker's place, saying why (see protocol
-        own_login); the log and status say it too, once per connection."""
+        own_login); status says it too, once per connection, and the log unless it repeats
+        (a client reconnects, and logs in again on each connection)."""
         refused = self.exchange.stats.refused
         if not any(refused.get(key) for key in LOGIN_APIS):
             return
@@ -291,8 +295,7 @@ class ClientConnection:
         message = (f"client {self.peer} sent a SASL login of its own, which the tunnel answered: "
                    f"the tunnel logs in as {self.login}; the client must not (drop its "
                    "security.protocol and sasl.* settings)")  # fmt: skip
-        log.warning("%s: %s", self.endpoint.local, message)
-        self.endpoint.record_error(message)
+        self._warn(message, "sent a SASL login of their own")
 
     def _suspect(self, signal: str) -> None:
         """This connection looks as if its forward were dead: let the forwarder check."""
@@ -385,9 +388,14 @@ class ClientConnection:
     def fail(self, message: str) -> None:
         """Close this connection only, recording why."""
         if not self._closed:
-            log.warning("%s: %s", self.endpoint.local, message)
-            self.endpoint.record_error(message)
+            self._warn(message)
         self.close()
+
+    def _warn(self, message: str, repeated: str = FAILED) -> None:
+        """Status records each; the log says it unless other connections of this listener
+        said the same just before (FailureLog)."""
+        self.endpoint.record_error(message)
+        self.failures.warn(self.endpoint.local, message, self.peer, repeated)
 
     def close(self) -> None:
         """Read no more; deliver what was already read (up to LINGER), then let go."""

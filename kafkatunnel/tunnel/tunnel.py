@@ -55,6 +55,7 @@ from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
+from kafkatunnel.tunnel.failure_log import REPEAT_WINDOW, FailureLog
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.login import Credentials, LoginForwarder
@@ -133,6 +134,7 @@ class TunnelConfig:
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
     policy: Policy | None = None  # requests refused (--read-only, --deny-api, --allow-api)
+    repeat_window: float = REPEAT_WINDOW  # seconds a repeated connection failure is counted
 
     def __post_init__(self) -> None:
         """The one check of the tunnel's settings: each error names the flag at fault."""
@@ -297,6 +299,7 @@ class Tunnel:
         self.turned_away = 0  # connections closed at accept: too many open
         self._refusals_said: set[tuple[str | None, int]] = set()  # (client id, API) logged
         self._full_log = RateLimitedLog(log, "%d client connection(s) closed at accept%s: %s")
+        self.failures = FailureLog(config.repeat_window)  # connections' failures, in the log
 
     @property
     def bootstrap_servers(self) -> str:
@@ -485,6 +488,7 @@ class Tunnel:
         for task in list(self._pending):
             task.cancel()
         await asyncio.sleep(0)  # let cancelled tasks finish
+        self.failures.close()  # the repeats not said yet
         if self.control is not None:
             await self.control.stop()
         if self.dns is not None:
@@ -619,6 +623,7 @@ class Tunnel:
             lambda _: PassThrough(),
             self.config.connect_timeout,
             self._closed,
+            self.failures,
             zero_copy=self.config.zero_copy,
         )
         self.connections.add(connection)
@@ -643,6 +648,7 @@ class Tunnel:
             lambda served: self._exchange(served, audience),
             self.config.connect_timeout,
             self._closed,
+            self.failures,
             self._record if self.recorder is not None else None,
             self.config.zero_copy,
             learn=self.registry.learn,

@@ -5,9 +5,12 @@ flag, and nothing listens beyond loopback unless asked."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import socket
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,7 @@ from kafkatunnel.localcluster import LocalCluster, free_port
 from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import ExecForwarder, PortInUse, Tunnel, TunnelConfig
+from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for
 from tests.tunnel.conftest import MakeTunnel
 
@@ -85,6 +89,85 @@ def test_unreachable_broker_closes_the_client_promptly_and_says_why(
     )
     assert "Connection refused" in endpoint["last_error"]
     assert f"127.0.0.1:{dead}" in endpoint["last_error"]
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:  # a port with nobody listening inside the cluster
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fail_clients(tunnel: BackgroundTunnel, count: int) -> dict[str, Any]:
+    """`count` clients at once, each closed by the tunnel; its bootstrap's status once all
+    are counted."""
+    host, port = split_address(tunnel.bootstrap_servers)
+    clients = [socket.create_connection((host, port)) for _ in range(count)]
+    for client in clients:
+        assert _closed_by_peer(client, within=10)
+        client.close()
+    return wait_for(
+        lambda: (e := tunnel.status()["endpoints"][0])["errors"] == count and e,
+        timeout=10,
+        what=f"status to count the {count} failures",
+    )
+
+
+def _counts(records: list[logging.LogRecord], told: str) -> list[tuple[int, str]]:
+    """The lines counting repeats of a failure: (how many, the rest of the line)."""
+    found = [re.search(r": (\d+) more connections? (.*)", r.getMessage()) for r in records]
+    return [(int(m[1]), m[2]) for m in found if m and told in m[2]]
+
+
+def test_a_flood_of_failing_connections_is_said_once_then_counted(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """50 clients at a broker whose forward fails every connection (as librdkafka
+    reconnects when a token ended, a forward is down): the first failure is logged in full
+    at once, the others only counted, and one line says how many once the window passed;
+    status counts every one. The forward's stderr (a pid, the time) differs per connection,
+    the client's port too: they are still the same failure."""
+    dead, window = _dead_port(), 5.0
+    upstream = f"upstream 127.0.0.1:{dead}: "
+    with caplog.at_level(logging.WARNING, logger="kafkatunnel.proxy"):
+        tunnel = make_tunnel(
+            bootstrap=f"127.0.0.1:{dead}", discover_at_start=False, repeat_window=window
+        )
+        endpoint = _fail_clients(tunnel, 50)
+        assert upstream in endpoint["last_error"], endpoint
+
+        def lines() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if upstream in r.getMessage()]
+
+        wait_for(
+            lambda: sum(n for n, _ in _counts(lines(), upstream)) == 49,
+            timeout=window + 15,
+            what="a line counting the other 49",
+        )
+    full = [r for r in lines() if not _counts([r], upstream)]
+    assert len(full) == 1, [r.getMessage() for r in full]
+    said = full[0].getMessage()
+    assert said.startswith(f"{tunnel.bootstrap_servers}: {upstream}"), said
+    assert "Connection refused" in said, said
+    assert len(lines()) <= 3, [r.getMessage() for r in lines()]  # not 50
+    first_count = next(r for r in lines() if _counts([r], upstream))
+    assert first_count.created - full[0].created >= window - 0.1  # once the window passed
+    assert f"failed the same way in the last {window:g} s: " in first_count.getMessage()
+    assert first_count.getMessage().endswith(said.split(": ", 1)[1])  # what, not only how many
+
+
+def test_a_stop_within_the_window_says_how_many_more_failed(
+    cluster: LocalCluster, make_tunnel: MakeTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = _dead_port()
+    upstream = f"upstream 127.0.0.1:{dead}: "
+    with caplog.at_level(logging.WARNING, logger="kafkatunnel.proxy"):
+        tunnel = make_tunnel(bootstrap=f"127.0.0.1:{dead}", discover_at_start=False)
+        _fail_clients(tunnel, 10)
+        assert _counts(caplog.records, upstream) == []  # the window (30 s) goes on
+        tunnel.stop()
+    counts = _counts(caplog.records, upstream)
+    assert [n for n, _ in counts] == [9], counts
+    assert re.match(r"failed the same way in the last \d+(\.\d)? s: ", counts[0][1]), counts
 
 
 def test_port_in_use_fails_at_start_naming_port_and_flag(cluster: LocalCluster) -> None:

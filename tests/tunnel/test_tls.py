@@ -6,7 +6,9 @@ certificates from a CA the test makes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import logging
 import os
 import socket
 import ssl
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -380,6 +383,53 @@ def test_client_tls_serves_ssl_clients_with_the_tunnels_own_ca(
         assert any("security.protocol=SSL" in e for e in errors), errors
     again = listener_tls("127.0.0.1")  # the next start: the same CA, clients keep their file
     assert again.ca == local_ca
+
+
+def test_plaintext_clients_of_client_tls_are_logged_once_then_counted(
+    cluster: LocalCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Clients left without security.protocol=SSL (a wrong --client-tls setup) fail each
+    connection, each at its own address (port): the log says the first in full, with the
+    fix, and counts the rest once the window passed."""
+    monkeypatch.setenv("KAFKATUNNEL_STATE_DIR", str(tmp_path / "state"))
+    window = 3.0
+    config = TunnelConfig(
+        bootstrap=cluster.mock[0].address, listen_port=free_port_run(8), control=False,
+        client_tls=listener_tls("127.0.0.1"), repeat_window=window,
+    )  # fmt: skip
+    hello = request_frame(ApiVersionsRequest(client_software_name="librdkafka",
+                                             client_software_version="2.13.0"))  # fmt: skip
+    with (
+        caplog.at_level(logging.WARNING, logger="kafkatunnel.proxy"),
+        BackgroundTunnel(config, ExecForwarder(cluster.exec_template())) as tunnel,
+    ):
+        host, port = split_address(tunnel.bootstrap_servers)
+        peers = set()
+        for _ in range(30):
+            with socket.create_connection((host, port), timeout=10) as client:
+                peers.add(client.getsockname())
+                client.sendall(hello)
+                with contextlib.suppress(ConnectionResetError):  # closed on it, unread
+                    assert client.recv(4096) == b""
+        wait_for(
+            lambda: tunnel.status()["endpoints"][0]["errors"] == 30,
+            timeout=10,
+            what="status to count the 30 failures",
+        )
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if ": TLS: " in r.getMessage()]
+
+        wait_for(lambda: len(said()) == 2, timeout=window + 15, what="the count")
+    assert len(peers) == 30
+    first, counted = said()
+    assert first.startswith(f"{tunnel.bootstrap_servers}: client 127.0.0.1:"), first
+    assert "(--client-tls: clients use security.protocol=SSL" in first, first
+    assert counted == (f"{tunnel.bootstrap_servers}: 29 more connections failed the same way "
+                       f"in the last {window:g} s: {first.split(': ', 1)[1]}")  # fmt: skip
 
 
 @VIAS
