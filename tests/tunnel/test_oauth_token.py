@@ -410,8 +410,11 @@ def test_a_token_endpoint_url_where_something_else_listens_stops_up_saying_so(
             with contextlib.suppress(OSError):
                 while True:
                     connection, _ = listener.accept()
-                    with connection:
+                    with connection:  # the greeting, then read until the client leaves
                         connection.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n")
+                        connection.settimeout(20)
+                        while connection.recv(4096):
+                            pass
 
         threading.Thread(target=greet, daemon=True).start()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/token"
