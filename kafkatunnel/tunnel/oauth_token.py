@@ -58,6 +58,7 @@ MIN_LIFETIME = 1.0
 # timeout, this one when it is 0)
 REQUEST_TIMEOUT = 15.0
 RETRY_PAUSE = 5.0  # seconds between attempts when a refresh fails
+STUCK_AFTER = 4  # request bounds after which a request still running is not waited on again
 # A token is not sent in the last second of its lifetime: `expires_in` and a JWT's `exp`
 # are whole seconds from when it was issued (Keycloak's), and a broker that gets a token
 # past its `exp` (within its clock skew) gives a session that never ends.
@@ -212,11 +213,21 @@ def _printable(value: object, endpoint: TokenEndpoint) -> str:
     blanked first (an endpoint that echoes it must not make the tunnel show any of it)."""
     if not isinstance(value, str):
         return ""
-    secret = endpoint.client_secret.decode("utf-8", "replace")
-    for form in (secret, urllib.parse.quote_plus(secret), urllib.parse.quote(secret)):
-        if form:
-            value = value.replace(form, "***")
+    for form in secret_forms(endpoint):
+        value = value.replace(form, "***")
     return one_line(value)
+
+
+def secret_forms(endpoint: TokenEndpoint) -> tuple[str, ...]:
+    """Every form in which the request carries the client secret, or an endpoint may say
+    it back: as given, form-encoded, in base64, and the whole Basic credential."""
+    if not endpoint.client_secret:
+        return ()
+    secret = endpoint.client_secret.decode("utf-8", "replace")
+    basic = token_request(endpoint)[1]["Authorization"].removeprefix("Basic ")
+    alone = base64.b64encode(endpoint.client_secret).decode().rstrip("=")
+    forms = {secret, urllib.parse.quote_plus(secret), urllib.parse.quote(secret), basic, alone}
+    return tuple(sorted(forms, key=len, reverse=True))  # the longest first: it holds others
 
 
 def _fix(error: object, endpoint: TokenEndpoint) -> str:
@@ -250,11 +261,12 @@ def http_fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
                              permanent=True) from None  # fmt: skip
     opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
     try:
-        with opener.open(request, timeout=within) as answer:
+        try:
+            answer = opener.open(request, timeout=within)
+        except urllib.error.HTTPError as refusal:  # an answer too: its body says why
+            answer = refusal
+        with contextlib.closing(answer):  # the body is read where its failures are caught
             return int(answer.status), answer.read(MAX_ANSWER + 1)
-    except urllib.error.HTTPError as answer:
-        with contextlib.closing(answer):
-            return int(answer.code), answer.read(MAX_ANSWER + 1)
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as cause:
         reason = getattr(cause, "reason", None) or cause
         if isinstance(reason, TimeoutError):
@@ -335,7 +347,10 @@ class TokenSource:
         self._refresh_at = 0.0  # wall clock
         self._lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
-        self._asking: tuple[float, Future[tuple[int, bytes]]] | None = None  # when, what
+        # the request under way: when it was asked (the clock), its answer to come, and
+        # until when (monotonic) another is not sent beside it
+        self._asking: tuple[float, Future[tuple[int, bytes]], float] | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"TokenSource({self.endpoint.describe()})"
@@ -348,6 +363,7 @@ class TokenSource:
         """The first token, asked for before the tunnel runs (blocking; no event loop yet),
         waited for at most `within` seconds (the start timeout): TokenError, naming the
         endpoint and what went wrong, stops the start."""
+        within = min(within, threading.TIMEOUT_MAX)
         asked, answer = self._ask(within)
         try:
             status, body = answer.result(timeout=within)
@@ -368,11 +384,14 @@ class TokenSource:
                 ended = _clock_time(token.ends_at)
                 raise TokenError(f"the token ended at {ended} and no new one came: {cause}",
                                  permanent=cause.permanent) from None  # fmt: skip
-        if self._refresher is None or self._refresher.done():
+        if not self._closed and (self._refresher is None or self._refresher.done()):
             self._refresher = asyncio.get_running_loop().create_task(self._refresh())
         return token
 
     def close(self) -> None:
+        """No refresh from now on (the tunnel stops; a login still under way may end
+        after this, and must not start another)."""
+        self._closed = True
         if self._refresher is not None:
             self._refresher.cancel()
 
@@ -402,8 +421,9 @@ class TokenSource:
     def _ask(self, within: float) -> tuple[float, Future[tuple[int, bytes]]]:
         """The request still running, or a new one (each of its waits bounded by
         `within`): when it was asked (the clock), and its answer to come."""
-        if self._asking is not None and not self._asking[1].done():
-            return self._asking
+        asking = self._asking
+        if asking is not None and not asking[1].done() and time.monotonic() < asking[2]:
+            return asking[0], asking[1]
         answer: Future[tuple[int, bytes]] = Future()
         answer.set_running_or_notify_cancel()  # a waiter that gives up does not cancel it
 
@@ -413,9 +433,12 @@ class TokenSource:
             except Exception as cause:  # a TokenError, or the fetch's bug: the waiter's
                 answer.set_exception(cause)
 
-        self._asking = (self._clock(), answer)
+        # urllib bounds each wait, not the whole: a request an endpoint keeps alive a byte
+        # at a time is given up on after STUCK_AFTER of its bounds (left to end on its
+        # own), so that the token can still be renewed once the endpoint is well again
+        self._asking = (self._clock(), answer, time.monotonic() + STUCK_AFTER * within)
         threading.Thread(target=ask, name="token-endpoint", daemon=True).start()
-        return self._asking
+        return self._asking[0], answer
 
     def _keep(self, token: Token) -> Token:
         self._token, self._failed, self.last_error = token, None, None

@@ -575,6 +575,115 @@ def test_a_request_not_answered_in_time_is_waited_on_again_not_asked_anew(
     assert fetched == [0.2], fetched  # one request, its waits bounded as the source's
 
 
+def test_a_request_kept_alive_past_its_bounds_is_given_up_for_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """urllib bounds each wait of a request, not the whole: an endpoint that keeps one
+    alive a byte at a time is waited on again only for STUCK_AFTER of its bounds; then a
+    new request goes, and once the endpoint is well the token comes."""
+    monkeypatch.setattr(oauth_token, "REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr(oauth_token, "RETRY_PAUSE", 0.0)
+    stuck = threading.Event()
+    fetched: list[float] = []
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        fetched.append(time.monotonic())
+        if len(fetched) == 1:
+            stuck.wait(30)  # the first request never ends (in the test's time)
+        return 200, answer(access_token=f"token-{len(fetched)}", token_type="Bearer",
+                           expires_in=60)  # fmt: skip
+
+    async def logins() -> str:
+        source = TokenSource(ENDPOINT, fetch)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    return (await source.current()).value
+                except NoAnswer:
+                    await asyncio.sleep(0.05)
+            raise AssertionError("no token came")
+        finally:
+            source.close()
+
+    try:
+        token = asyncio.run(logins())
+    finally:
+        stuck.set()
+    assert token == "token-2" and len(fetched) == 2, fetched
+    assert fetched[1] - fetched[0] >= oauth_token.STUCK_AFTER * 0.2 - 0.05, fetched
+
+
+def test_the_start_waits_as_long_as_asked_even_past_what_a_thread_can_wait() -> None:
+    """--start-timeout takes any finite number; a wait past threading.TIMEOUT_MAX (some
+    292 years) is cut to it, not an OverflowError."""
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        time.sleep(0.2)  # answered while the start waits
+        return 200, answer(access_token="token-1", token_type="Bearer", expires_in=60)
+
+    assert TokenSource(ENDPOINT, fetch).fetch_first(1e300).value == "token-1"
+
+
+def test_a_closed_source_starts_no_refresh() -> None:
+    """A login still under way when the tunnel stops may get its token after the stop;
+    it must not start the background refresh again."""
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        return 200, answer(access_token="token-1", token_type="Bearer", expires_in=60)
+
+    async def run() -> asyncio.Task[None] | None:
+        source = TokenSource(ENDPOINT, fetch)
+        source.close()
+        await source.current()
+        return source._refresher
+
+    assert asyncio.run(run()) is None
+
+
+@pytest.mark.parametrize("echoed", ["basic", "base64"])
+def test_an_endpoint_that_echoes_the_authorization_header_does_not_show_the_secret(
+    echoed: str,
+) -> None:
+    """The secret travels in the Basic credential; an endpoint that says the header back,
+    or the secret in base64, shows none of it through the tunnel."""
+    basic = token_request(ENDPOINT)[1]["Authorization"].removeprefix("Basic ")
+    alone = base64.b64encode(SECRET).decode()
+    said = {"basic": f"bad Authorization header: Basic {basic}", "base64": f"bad {alone}"}
+    refusal = answer(error="invalid_client", error_description=said[echoed])
+    with pytest.raises(TokenError) as refused:
+        read_token_answer(ENDPOINT, 401, refusal, NOW)
+    shown = str(refused.value)
+    assert basic not in shown and alone.rstrip("=") not in shown and "***" in shown, shown
+
+
+CUT_SHORT = (
+    b"HTTP/1.1 401 Unauthorized\r\nTransfer-Encoding: chunked\r\n"
+    b"Content-Type: application/json\r\n\r\nzz\r\n"
+)  # a chunk size that is none
+
+
+def test_an_error_answer_whose_body_is_cut_short_is_a_token_error() -> None:
+    """A 401 whose chunked body breaks off (a proxy or endpoint that dies mid-answer):
+    `up` says the endpoint could not be asked, not a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                connection, _ = listener.accept()
+                with connection:
+                    connection.settimeout(10)
+                    connection.recv(65536)
+                    connection.sendall(CUT_SHORT)
+
+        threading.Thread(target=serve, daemon=True).start()
+        port = listener.getsockname()[1]
+        endpoint = TokenEndpoint(f"http://127.0.0.1:{port}/token", "kafkatunnel", SECRET)
+        with pytest.raises(TokenError) as refused:
+            oauth_token.http_fetch(endpoint, 5.0)
+    assert f"cannot reach the token endpoint http://127.0.0.1:{port}/token" in str(refused.value)
+
+
 @dataclass
 class Https:
     """A real https token endpoint (http.server under the standard `ssl` module) with a
