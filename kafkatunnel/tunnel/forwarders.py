@@ -19,6 +19,7 @@ import socket
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import cast
 
 from kafkatunnel.pids import die_with_parent
@@ -34,6 +35,22 @@ class ForwarderError(Exception):
     def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+# When (the event loop's clock) the stream being opened must be ready, set by whoever opens
+# it (a client connection, by --connect-timeout) and read by each step of the open (a TLS
+# handshake, a login, a token): the step that runs out of time says so, not the caller's
+# bound around them all. A task made while it is set keeps it (asyncio copies the context).
+OPEN_DEADLINE: ContextVar[float | None] = ContextVar("kafkatunnel_open_deadline", default=None)
+
+
+def time_left(bound: float) -> float:
+    """Seconds a step of an open may take: its own `bound`, or less when the open's
+    deadline (OPEN_DEADLINE) comes first."""
+    deadline = OPEN_DEADLINE.get()
+    if deadline is None:
+        return bound
+    return max(0.0, min(bound, deadline - asyncio.get_running_loop().time()))
 
 
 class NoAnswer(ForwarderError):

@@ -37,6 +37,7 @@ from kafkatunnel.tunnel.forwarders import (
     Reauthentication,
     Upstream,
     WrappingForwarder,
+    time_left,
 )
 from kafkatunnel.tunnel.oauth_token import Token, TokenError, TokenSource
 
@@ -188,10 +189,11 @@ class LoginForwarder(WrappingForwarder):
         await super().close()
 
     async def open(self, host: str, port: int) -> Upstream:
-        token = await self.token(host, port)
+        token = await self._token_in_time(host, port)
         upstream = await self.inner.open(host, port)
         try:
-            outcome = await asyncio.wait_for(self.run(upstream, host, port, token), self.timeout)
+            login = self.run(upstream, host, port, token)
+            outcome = await asyncio.wait_for(login, time_left(self.timeout))
         except TimeoutError:
             await upstream.discard()
             raise NoAnswer(f"{host}:{port}: no answer to the login within "
@@ -205,6 +207,21 @@ class LoginForwarder(WrappingForwarder):
             raise
         upstream.reauthentication = SessionRenewal(self, host, port, outcome)
         return upstream
+
+    async def _token_in_time(self, host: str, port: int) -> Token | None:
+        """The token, within the open's time: a token endpoint slower than that fails the
+        open saying so (not NoAnswer: the forward is not in question). The fetch goes on,
+        and the token it brings is kept for the next login."""
+        tokens = self.credentials.tokens
+        fetching = asyncio.ensure_future(self.token(host, port))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fetching), time_left(self.timeout))
+        except TimeoutError:
+            fetching.add_done_callback(_retrieved)
+            where = "" if tokens is None else f" ({tokens.endpoint.url})"
+            late = (f"{host}:{port}: no token from the token endpoint{where} within "
+                    f"{self.timeout:g}s; it is asked for one still")  # fmt: skip
+            raise ForwarderError(late) from None
 
     async def token(self, host: str, port: int) -> Token | None:
         """The token a login to host:port sends now (OAUTHBEARER; None for the others).
@@ -274,3 +291,10 @@ class SessionRenewal(Reauthentication):
         token = await self.forwarder.token(self.host, self.port)  # the current one
         self._logged_in(await self.forwarder.run(upstream, self.host, self.port, token,
                                                  self.last))  # fmt: skip
+
+
+def _retrieved(done: asyncio.Future[Token | None]) -> None:
+    """A fetch nobody waits for any more: its failure is noted for status already (see
+    LoginForwarder.token), not an error nobody retrieved."""
+    if not done.cancelled():
+        done.exception()

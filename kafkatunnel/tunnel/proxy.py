@@ -23,7 +23,13 @@ from kafkatunnel.protocol import (
     RequestHeader,
 )
 from kafkatunnel.tunnel.failure_log import FAILED, FailureLog
-from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, NoAnswer, Upstream
+from kafkatunnel.tunnel.forwarders import (
+    OPEN_DEADLINE,
+    Forwarder,
+    ForwarderError,
+    NoAnswer,
+    Upstream,
+)
 from kafkatunnel.tunnel.registry import Endpoint, Tally
 from kafkatunnel.tunnel.relay import ConnectionBug, Pump
 from kafkatunnel.tunnel.streams import ByteStream, PlainStream
@@ -41,6 +47,9 @@ HALF_CLOSED = 30.0
 # A silent one (or an upstream closed before any byte) makes the forwarder check its forward,
 # also when the client gave up first: an impatient client is no proof the forward works.
 FIRST_ANSWER = 3.0
+# seconds past --connect-timeout the open is waited for, so that its step that ran out of
+# time (a TLS handshake, a login, a token) says so before the open is given up as a whole
+STEP_SAYS_WHY = 1.0
 # Seconds a re-authentication waits for the answers to what the client sent before its
 # requests were held. A broker holds a Fetch up to fetch.max.wait.ms (0.5 s by default), but
 # a JoinGroup until the group's rebalance ends, up to the members' max.poll.interval.ms (300
@@ -123,9 +132,15 @@ class ClientConnection:
         if self.client_tls is not None and not await self._accept_tls(self.client_tls):
             return
         host, port = self.endpoint.advertised_host, self.endpoint.advertised_port
-        opening = asyncio.ensure_future(self.forwarder.open(host, port))
-        try:
-            upstream = await asyncio.wait_for(asyncio.shield(opening), self.connect_timeout)
+        deadline = asyncio.get_running_loop().time() + self.connect_timeout
+        given = OPEN_DEADLINE.set(deadline)
+        try:  # the open's steps each say if they ran out of time
+            opening = asyncio.ensure_future(self.forwarder.open(host, port))
+        finally:
+            OPEN_DEADLINE.reset(given)
+        try:  # this bound is for a forward that gives no stream at all
+            upstream = await asyncio.wait_for(asyncio.shield(opening),
+                                              self.connect_timeout + STEP_SAYS_WHY)  # fmt: skip
         except (ForwarderError, TimeoutError, OSError) as error:
             _discard(opening)
             reason = str(error) or f"no stream to {host}:{port} within {self.connect_timeout:g}s"

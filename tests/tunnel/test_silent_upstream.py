@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from kafkatunnel.tunnel import TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.forwarders import DirectForwarder, Upstream
 from kafkatunnel.tunnel.login import Credentials
+from kafkatunnel.tunnel.oauth_token import TokenEndpoint, TokenSource
 from kafkatunnel.waiting import wait_for
 
 TIMEOUT = 1.0  # --connect-timeout here
@@ -101,8 +103,38 @@ def test_a_broker_stream_that_never_answers_is_let_go_and_its_forward_checked(
                 assert time.monotonic() - started < 2 * TIMEOUT + 1
         wait_for(lambda: bool(forwarder.suspected), timeout=5, what="the forward checked")
         shown = tunnel.status()["endpoints"][0]
-        assert f"within {TIMEOUT:g}s" in shown["last_error"], shown
+        said = {"tls": "no TLS handshake", "login": "no answer to the login"}[secured]
+        assert f"{said} within {TIMEOUT:g}s" in shown["last_error"], shown  # the step that hung
     finally:
+        tunnel.stop()
+
+
+def test_a_token_endpoint_slower_than_the_connect_timeout_is_named_and_no_forward_checked(
+    silent: socket.socket,
+) -> None:
+    """OAUTHBEARER, the token ended and the endpoint hangs: a client's connection fails at
+    --connect-timeout saying the token endpoint did not answer, not that the broker gave no
+    stream, and the forward (which is fine) is not checked."""
+    hang = threading.Event()
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        hang.wait(30)
+        return 503, b"{}"
+
+    url = "http://idp.example/token"
+    tokens = TokenSource(TokenEndpoint(url, "kafkatunnel", b"s3cret"), fetch)
+    login = Credentials("OAUTHBEARER", "kafkatunnel", b"", tokens=tokens)
+    forwarder = WatchedForwarder()
+    tunnel = tunnel_to(f"127.0.0.1:{silent.getsockname()[1]}", forwarder, login=login)
+    try:
+        with socket.create_connection(split_address(tunnel.bootstrap_servers)) as client:
+            assert closed_by_peer(client, within=5), "the client was not let go"
+        shown = tunnel.status()["endpoints"][0]
+        assert f"no token from the token endpoint ({url}) within {TIMEOUT:g}s" in \
+            shown["last_error"], shown  # fmt: skip
+        assert forwarder.suspected == []
+    finally:
+        hang.set()
         tunnel.stop()
 
 

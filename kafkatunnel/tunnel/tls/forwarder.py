@@ -15,6 +15,7 @@ from kafkatunnel.tunnel.forwarders import (
     NoAnswer,
     Upstream,
     WrappingForwarder,
+    time_left,
 )
 from kafkatunnel.tunnel.tls.handshake import start_tls
 from kafkatunnel.tunnel.tls.messages import TlsSession, verification_failure
@@ -47,7 +48,8 @@ class TlsForwarder(WrappingForwarder):
     async def open(self, host: str, port: int) -> Upstream:
         upstream = await self.inner.open(host, port)
         try:
-            tls = await asyncio.wait_for(start_tls(upstream, self.context, host), self.timeout)
+            handshake = start_tls(upstream, self.context, host)
+            tls = await asyncio.wait_for(handshake, time_left(self.timeout))
             tls.certificate_named = self.certificate
             self.sessions[(host, port)] = TlsSession.of(tls.version, tls.certificate)
             return tls
