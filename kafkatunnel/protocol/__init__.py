@@ -22,6 +22,7 @@ holds callers to these names).
   (`Plain`, `Scram`, `OAuthBearer`), ending `LoggedIn` or `LoginFailed`.
 - Reading messages by their schema (recording redaction, verification): plans, walks and
   the `wire` encodings.
+- Text a broker or another server wrote, on its way to the user's eyes: `one_line`.
 """
 
 from kafkatunnel.protocol import wire
@@ -101,7 +102,7 @@ from kafkatunnel.protocol.rewrite import (
     rewrite_response,
     splice,
 )
-from kafkatunnel.protocol.sasl_login import LoggedIn, Login, LoginFailed
+from kafkatunnel.protocol.sasl_login import CLOSED_DURING_LOGIN, LoggedIn, Login, LoginFailed
 from kafkatunnel.protocol.sasl_mechanisms import (
     SCRAM_HASHES,
     Mechanism,
@@ -120,6 +121,7 @@ from kafkatunnel.protocol.schema import (
     response_plan,
 )
 from kafkatunnel.protocol.streaming import RESPONSE_WALK_START, TAIL, Walk, carrying_records, walk
+from kafkatunnel.protocol.untrusted_text import one_line
 
 __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     # a proxied connection
@@ -197,6 +199,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "refused_answer",
     "told",
     # logging in
+    "CLOSED_DURING_LOGIN",
     "SCRAM_HASHES",
     "LoggedIn",
     "Login",
@@ -223,4 +226,6 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "splice",
     "walk",
     "wire",
+    # text from the network, shown
+    "one_line",
 ]

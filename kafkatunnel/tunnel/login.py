@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from kafkatunnel.protocol import (
+    CLOSED_DURING_LOGIN,
     SCRAM_HASHES,
     LoggedIn,
     Login,
@@ -29,7 +30,6 @@ from kafkatunnel.protocol import (
     Plain,
     Scram,
 )
-from kafkatunnel.protocol.sasl_login import CLOSED_DURING_LOGIN
 from kafkatunnel.tunnel.forwarders import (
     Forwarder,
     ForwarderError,

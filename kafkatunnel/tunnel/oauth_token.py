@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkatunnel.protocol.untrusted_text import one_line
+from kafkatunnel.protocol import one_line
 from kafkatunnel.tunnel.forwarders import ForwarderError
 
 log = logging.getLogger(__name__)
