@@ -14,8 +14,10 @@ answer of the same correlation id. Ways:
   passthrough the tunnel's Pumps with a PassThrough (transparent mode): bytes unread
   kafkatunnel the tunnel's Pumps with its Exchange, as a plain connection runs
 Prints microseconds per request added over direct (median of rounds, and the range of the
-rounds) and, with --callgrind, instructions per request added over direct, counted by
-valgrind (the same numbers run after run, whatever else the machine does). --against REV
+rounds), on the clock and of the process's CPU (steadier on a shared machine: time spent
+waiting for a core is not counted), and, with --callgrind, instructions per request added
+over direct, counted by valgrind (the same numbers run after run, whatever else the
+machine does). --against REV
 runs the same from the package of an earlier commit beside this one (exported with git
 archive to a temporary directory; its passthrough and kafkatunnel ways), --baseline DIR
 from an earlier source tree, e.g. a git worktree. Each round runs every way once, in a new
@@ -94,8 +96,8 @@ def _pumps(way: str, a: socket.socket, b: socket.socket) -> list[Pump]:
     return pumps
 
 
-async def _trips(way: str, trips: int, in_flight: int) -> float:
-    """Seconds per request, this way."""
+async def _trips(way: str, trips: int, in_flight: int) -> tuple[float, float]:
+    """Seconds per request, this way: on the clock, and of the process's CPU."""
     loop = asyncio.get_running_loop()
     frames = FRAMES * in_flight
     requests = [produce(i, 100) for i in range(frames)]
@@ -137,7 +139,7 @@ async def _trips(way: str, trips: int, in_flight: int) -> float:
     loop.add_reader(client.fileno(), readable)
     gc.collect()
     gc.freeze()  # start-up's objects: out of every collection's way
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for trip in range(trips):
         os.write(client.fileno(), bursts[trip % FRAMES])
         got = 0
@@ -145,7 +147,7 @@ async def _trips(way: str, trips: int, in_flight: int) -> float:
             arrived = loop.create_future()
             await arrived
             got += len(os.read(client.fileno(), 262144))
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     for pump in keep:
         if isinstance(pump, Pump):
             pump.close()
@@ -153,10 +155,11 @@ async def _trips(way: str, trips: int, in_flight: int) -> float:
         if isinstance(sock, socket.socket):
             loop.remove_reader(sock.fileno())
             sock.close()
-    return elapsed / max(trips * in_flight, 1)
+    requests_made = max(trips * in_flight, 1)
+    return elapsed / requests_made, cpu / requests_made
 
 
-def run(way: str, trips: int, in_flight: int) -> float:
+def run(way: str, trips: int, in_flight: int) -> tuple[float, float]:
     return uvloop.run(_trips(way, trips, in_flight))
 
 
@@ -169,13 +172,15 @@ def instructions(way: str, trips: int, in_flight: int, root: str) -> float:
     return per_unit(lambda n: _child(way, n, in_flight, root), trips) / in_flight
 
 
-def timed(way: str, trips: int, in_flight: int, root: str) -> float:
-    """Seconds per request, in a process of its own (the tree's package imported)."""
+def timed(way: str, trips: int, in_flight: int, root: str) -> tuple[float, float]:
+    """Seconds per request, on the clock and of CPU, in a process of its own (the tree's
+    package imported)."""
     done = subprocess.run(
         [sys.executable, "-P", *_child(way, trips, in_flight, root)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return float(done.stdout)
+    wall, cpu = done.stdout.split()
+    return float(wall), float(cpu)
 
 
 def export(revision: str, into: str) -> str:
@@ -194,13 +199,32 @@ def export(revision: str, into: str) -> str:
     return short
 
 
-def _spread(values: list[float]) -> str:
-    return f"{min(values):+.1f} to {max(values):+.1f}"
+def _table(samples: dict[str, list[float]], title: str, pairs: list[tuple[str, str]]) -> None:
+    """Each way's median and the range of its rounds, added over direct (direct's of the
+    same round); then each way against the earlier tree's, round by round."""
+    added = {name: [(s - d) * 1e6 for s, d in zip(seconds, samples["direct"], strict=True)]
+             for name, seconds in samples.items()}  # fmt: skip
+    direct = statistics.median(samples["direct"])
+    print(f"\n| way | {title} | added over direct | added, rounds |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, seconds in samples.items():
+        median = statistics.median(seconds)
+        low, high = min(added[name]), max(added[name])
+        print(f"| {name} | {median * 1e6:.2f} | {(median - direct) * 1e6:+.2f} | "
+              f"{low:+.2f} to {high:+.2f} |")  # fmt: skip
+    if pairs:
+        print("\n| added over direct, vs the earlier tree | median of rounds | rounds |")
+        print("| --- | ---: | ---: |")
+    for earlier, way in pairs:
+        ratios = [a / b for a, b in zip(added[way], added[earlier], strict=True) if b > 0]
+        if ratios:
+            print(f"| {way} / {earlier} | {statistics.median(ratios):.3f} | "
+                  f"{min(ratios):.3f} to {max(ratios):.3f} |")  # fmt: skip
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        print(run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+        print(*run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trips", type=int, default=20_000)
@@ -226,32 +250,17 @@ def main() -> None:
 
 def measure(runs: list[tuple[str, str, str]], args: argparse.Namespace) -> None:
     trips, in_flight = args.trips, args.in_flight
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in runs}
     order = random.Random(0)
     for _ in range(args.rounds):  # interleaved: a spell of noise falls on every way
         for name, way, root in order.sample(runs, len(runs)):
             samples[name].append(timed(way, trips, in_flight, root))
     unit = "round trip" if in_flight == 1 else f"request ({in_flight} in flight)"
-    # added over direct, us, round by round (direct of the same round)
-    added = {name: [(s - d) * 1e6 for s, d in zip(seconds, samples["direct"], strict=True)]
-             for name, seconds in samples.items()}  # fmt: skip
-    direct = statistics.median(samples["direct"])
     print(f"{trips} trips of {in_flight} small Produce request(s), {args.rounds} rounds")
-    print(f"| way | us per {unit} | added over direct | added, rounds |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, seconds in samples.items():
-        median = statistics.median(seconds)
-        print(f"| {name} | {median * 1e6:.2f} | {(median - direct) * 1e6:+.2f} | "
-              f"{_spread(added[name])} |")  # fmt: skip
     pairs = [(name, name.split(" (")[0]) for name in samples if " (" in name]
-    if pairs:
-        print("\n| added over direct, vs the earlier tree | median of rounds | rounds |")
-        print("| --- | ---: | ---: |")
-        for earlier, way in pairs:
-            ratios = [a / b for a, b in zip(added[way], added[earlier], strict=True) if b > 0]
-            if ratios:
-                print(f"| {way} / {earlier} | {statistics.median(ratios):.3f} | "
-                      f"{min(ratios):.3f} to {max(ratios):.3f} |")  # fmt: skip
+    for clock, title in ((0, "on the clock"), (1, "of CPU (the one process's)")):
+        _table({name: [s[clock] for s in seconds] for name, seconds in samples.items()},
+               f"us per {unit}, {title}", pairs)  # fmt: skip
     if args.callgrind:
         counts = {name: instructions(way, trips // 10, in_flight, root)
                   for name, way, root in runs}  # fmt: skip
