@@ -174,8 +174,10 @@ class _Splitter:
         # and the bytes fed since, to be read on resume().
         self._stop: _Stop | None = None
         self._unfed: list[Chunk] = []
-        # Paused (see pause): nothing after the current frame passes until unpause().
-        self._pausing = False
+        # Asked to pause (see pause): nothing after the current frame passes until
+        # unpause(). A plain attribute: what every read checks first, so the rest of the
+        # pause (paused, a property) is asked only while one is on.
+        self.pausing = False
 
     @property
     def mid_frame(self) -> bool:
@@ -185,7 +187,7 @@ class _Splitter:
     def paused(self) -> bool:
         """Paused, and the frame in progress when it was has passed on whole: what comes
         now waits for unpause()."""
-        return self._pausing and self._between_frames
+        return self.pausing and self._between_frames
 
     @property
     def _between_frames(self) -> bool:
@@ -195,11 +197,11 @@ class _Splitter:
         """Let the frame in progress pass on whole, and hold back everything after it
         (the tunnel's own login goes between frames). The I/O layer stops reading once
         `paused`: what it read meanwhile is kept, at most one read's worth."""
-        self._pausing = True
+        self.pausing = True
 
     def unpause(self) -> Fed:
         """Go on: what was held back, to pass on now (it may stop at an answer, as feed)."""
-        self._pausing = False
+        self.pausing = False
         if self._stop is not None:
             return Fed([])
         out: list[Chunk] = []
@@ -284,7 +286,7 @@ class _Splitter:
     def feed(self, data: Chunk) -> Fed:
         """What of `data` (and what came before) passes on now."""
         out: list[Chunk] = []
-        if self._stop is not None or self.paused:
+        if self._stop is not None or (self.pausing and self._between_frames):
             self._unfed.append(data)
             return self._fed(out)
         view = memoryview(data)
@@ -326,7 +328,7 @@ class _Splitter:
         end = len(view)
         run = -1  # view[run:pos] passes on unchanged and is not in out yet
         while pos < end and self._stop is None:
-            if self._pausing and self._between_frames:
+            if self.pausing and self._between_frames:
                 break  # held back: to be read on unpause()
             if self._pass_on:
                 take = min(self._pass_on, end - pos)
@@ -915,6 +917,8 @@ class Direction(Protocol):
 
     def feed(self, data: Chunk) -> Fed: ...
     @property
+    def pausing(self) -> bool: ...
+    @property
     def paused(self) -> bool: ...
     @property
     def unread(self) -> int: ...
@@ -931,7 +935,7 @@ class _Untouched:
 
     unread = sys.maxsize
     awaited = 0
-    paused = False
+    pausing = paused = False
 
     def feed(self, data: Chunk) -> Fed:
         return Fed([data])

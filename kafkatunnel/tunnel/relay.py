@@ -203,7 +203,7 @@ class Pump:
         """Read once: False if nothing was there, or the source ended, or the direction
         is paused (then the source is no longer watched until go_on)."""
         direction = self.direction
-        if direction.paused:
+        if direction.pausing and direction.paused:  # an attribute, then (rarely) a property
             self._unwatch_source()
             return False
         try:

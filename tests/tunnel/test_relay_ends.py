@@ -241,3 +241,79 @@ def test_bad_bytes_held_back_by_a_pause_end_the_pump_after_the_request_ahead_of_
     assert held  # nothing after the first request was read until going on
     assert isinstance(cause, ProtocolError), cause
     assert got == first + second
+
+
+@LOOPS
+@COPIES
+def test_a_paused_direction_is_not_read_until_it_goes_on(uvloop: bool, zero_copy: bool) -> None:
+    """Paused between requests (the tunnel logging in again), the Pump reads no more of its
+    source: what the client sends meanwhile stays in the socket, however much it sends, and
+    passes on once the direction goes on. Whether the Pump read is asked of the loop: a
+    probe made readable after the client's bytes is heard in the same poll."""
+    first, second = ask(1), ask(2)
+
+    async def main() -> tuple[int, int, bytes]:
+        source, feeding = socket.socketpair()
+        sink, received = socket.socketpair()
+        probe, probing = socket.socketpair()
+        for side in (source, sink, probe):
+            side.setblocking(False)
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[BaseException | None] = loop.create_future()
+        read = asyncio.Event()
+        total = 0
+        exchange = Exchange(Learner().registry.map, rewrite_caps())
+
+        def counted(count: int) -> None:
+            nonlocal total
+            total += count
+            read.set()
+
+        def end(cause: BaseException | None) -> None:
+            if not ended.done():
+                ended.set_result(cause)
+
+        pump = Pump(
+            PlainStream(source.fileno(), source.fileno()),
+            PlainStream(sink.fileno(), sink.fileno()),
+            exchange.requests,
+            zero_copy=zero_copy,
+            on_bytes=counted,
+            on_source_end=end,
+            on_sink_error=end,
+        )
+        probed: asyncio.Future[None] = loop.create_future()
+
+        def heard() -> None:
+            if not probed.done():
+                probed.set_result(None)
+
+        try:
+            pump.start()
+            feeding.sendall(first)
+            while total < len(first):
+                read.clear()
+                await asyncio.wait_for(read.wait(), 10)
+            exchange.pause_requests()  # between requests: paused at once
+            feeding.sendall(second)
+            loop.add_reader(probe.fileno(), heard)
+            probing.sendall(b"?")
+            await asyncio.wait_for(probed, 10)  # the poll that saw `second` has run
+            loop.remove_reader(probe.fileno())
+            while_paused = total
+            pump.go_on(exchange.unpause_requests)
+            while total < len(first) + len(second):
+                read.clear()
+                await asyncio.wait_for(read.wait(), 10)
+            await asyncio.wait_for(pump.drained(), 10)
+            after = total
+        finally:
+            pump.close()
+            for side in (sink, source, feeding, probe, probing):
+                side.close()
+        return while_paused, after, everything(received)
+
+    while_paused, after, got = run(main(), uvloop)
+    assert while_paused == len(first)  # `second` was left in the socket
+    assert after == len(first) + len(second)
+    assert got == first + second
