@@ -176,7 +176,7 @@ def up(
     connect_timeout: float = typer.Option(
         10.0,
         metavar="SECONDS",
-        help="Seconds to open a stream to a broker.",
+        help="Seconds to open a stream to a broker: its TLS handshake and login included.",
         rich_help_panel=LIMITS,
     ),
     start_timeout: float = typer.Option(
