@@ -197,7 +197,7 @@ class LoginForwarder(WrappingForwarder):
         except TimeoutError:
             await upstream.discard()
             raise NoAnswer(f"{host}:{port}: no answer to the login within "
-                                 f"{self.timeout:g}s") from None  # fmt: skip
+                           f"{self.timeout:g}s") from None  # fmt: skip
         except ForwarderError:
             await upstream.discard()
             raise

@@ -329,7 +329,7 @@ class TokenSource:
     Each request runs in a thread of its own, waited for at most a bound; a daemon, so
     that one the endpoint never answers holds up neither a login nor the exit. One request
     at a time: while one not answered in time still runs, the next attempt waits on it
-    rather than start another."""
+    rather than start another, for STUCK_AFTER of its bounds at most."""
 
     def __init__(
         self,

@@ -61,7 +61,7 @@ class TlsForwarder(WrappingForwarder):
         except TimeoutError:
             await upstream.discard()
             raise NoAnswer(f"{host}:{port}: no TLS handshake within {self.timeout:g}s "
-                                 "(is the listener TLS?)") from None  # fmt: skip
+                           "(is the listener TLS?)") from None  # fmt: skip
         except BaseException:
             upstream.close()
             upstream.release()
