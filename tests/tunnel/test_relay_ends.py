@@ -5,13 +5,22 @@ both event loops, spliced and copied, with a real Exchange and the registry's le
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
 
-from kafkatunnel.protocol import Exchange, FramePassed, ProtocolError, frame, rewrite_caps
+from kafkatunnel.protocol import (
+    Direction,
+    Exchange,
+    FramePassed,
+    ProtocolError,
+    frame,
+    rewrite_caps,
+)
 from kafkatunnel.tunnel.relay import ZERO_COPY, ConnectionBug, Pump
 from kafkatunnel.tunnel.streams import PlainStream
 from tests.kio_messages import fetch_request, response_frame
@@ -44,6 +53,54 @@ def run(main: Coroutine[Any, Any, T], uvloop: bool) -> T:
     return asyncio.run(main)
 
 
+@dataclass
+class Piped:
+    """A Pump between two socket pairs: the test writes into `feeding` (its source's other
+    end) and reads `received` (its sink's); `ended` says why the Pump ended."""
+
+    pump: Pump
+    feeding: socket.socket
+    received: socket.socket
+    ended: asyncio.Future[BaseException | None]
+
+
+@contextlib.contextmanager
+def piped(
+    direction: Direction,
+    zero_copy: bool,
+    on_bytes: Callable[[int], None] = lambda _: None,
+    **options: Any,
+) -> Iterator[Piped]:
+    """A Pump of `direction` over socket pairs (`options`: the Pump's other callbacks); it
+    and every socket but `received` (for `everything`) are closed after."""
+    source, feeding = socket.socketpair()
+    sink, received = socket.socketpair()
+    source.setblocking(False)
+    sink.setblocking(False)
+    ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+    def end(cause: BaseException | None) -> None:
+        if not ended.done():
+            ended.set_result(cause)
+
+    pump = Pump(
+        PlainStream(source.fileno(), source.fileno()),
+        PlainStream(sink.fileno(), sink.fileno()),
+        direction,
+        zero_copy=zero_copy,
+        on_bytes=on_bytes,
+        on_source_end=end,
+        on_sink_error=end,
+        **options,
+    )
+    try:
+        yield Piped(pump, feeding, received, ended)
+    finally:
+        pump.close()
+        for side in (sink, source, feeding):
+            side.close()
+
+
 async def through_pump(
     exchange: Exchange,
     data: bytes,
@@ -53,42 +110,15 @@ async def through_pump(
 ) -> tuple[bytes, BaseException | None]:
     """Write `data` at once into an answers' Pump's source; what its sink got once the Pump
     ended, and why it ended."""
-    source, feeding = socket.socketpair()
-    sink, received = socket.socketpair()
-    source.setblocking(False)
-    sink.setblocking(False)
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[BaseException | None] = loop.create_future()
-
-    def end(cause: BaseException | None) -> None:
-        if not ended.done():
-            ended.set_result(cause)
-
     observe: Callable[[Sequence[FramePassed]], None] | None = None
     if frames is not None:
         observe = frames.extend
-    pump = Pump(
-        PlainStream(source.fileno(), source.fileno()),
-        PlainStream(sink.fileno(), sink.fileno()),
-        exchange.responses,
-        zero_copy=zero_copy,
-        on_bytes=lambda _: None,
-        on_source_end=end,
-        on_sink_error=end,
-        on_frames=observe,
-        learn=learn,
-    )
-    try:
-        feeding.sendall(data)  # one write: the Pump reads it in one read
-        pump.start()
-        cause = await asyncio.wait_for(ended, 10)
-        await asyncio.wait_for(pump.drained(), 10)
-    finally:
-        pump.close()
-        sink.close()
-        source.close()
-        feeding.close()
-    return everything(received), cause
+    with piped(exchange.responses, zero_copy, on_frames=observe, learn=learn) as rig:
+        rig.feeding.sendall(data)  # one write: the Pump reads it in one read
+        rig.pump.start()
+        cause = await asyncio.wait_for(rig.ended, 10)
+        await asyncio.wait_for(rig.pump.drained(), 10)
+    return everything(rig.received), cause
 
 
 def everything(received: socket.socket) -> bytes:
@@ -192,50 +222,26 @@ def test_bad_bytes_held_back_by_a_pause_end_the_pump_after_the_request_ahead_of_
     first, second = ask(1), ask(2)
 
     async def main() -> tuple[bytes, BaseException | None, bool]:
-        source, feeding = socket.socketpair()
-        sink, received = socket.socketpair()
-        for side in (source, sink):
-            side.setblocking(False)
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[BaseException | None] = loop.create_future()
         read = asyncio.Event()
         exchange = Exchange(Learner().registry.map, rewrite_caps())
-
-        def end(cause: BaseException | None) -> None:
-            if not ended.done():
-                ended.set_result(cause)
-
-        pump = Pump(
-            PlainStream(source.fileno(), source.fileno()),
-            PlainStream(sink.fileno(), sink.fileno()),
-            exchange.requests,
-            zero_copy=zero_copy,
-            on_bytes=lambda _: read.set(),
-            on_source_end=end,
-            on_sink_error=end,
-        )
 
         async def until(condition: Callable[[], bool]) -> None:
             while not condition():
                 read.clear()
                 await asyncio.wait_for(read.wait(), 10)
 
-        try:
-            feeding.sendall(first[:5])
-            pump.start()
+        with piped(exchange.requests, zero_copy, on_bytes=lambda _: read.set()) as rig:
+            rig.feeding.sendall(first[:5])
+            rig.pump.start()
             await asyncio.wait_for(read.wait(), 10)  # the first bytes are read
             exchange.pause_requests()
-            feeding.sendall(first[5:] + second + BROKEN["negative-size"])
+            rig.feeding.sendall(first[5:] + second + BROKEN["negative-size"])
             await until(lambda: exchange.requests.paused)
-            held = not ended.done()
-            pump.go_on(exchange.unpause_requests)
-            cause = await asyncio.wait_for(ended, 10)
-            await asyncio.wait_for(pump.drained(), 10)
-        finally:
-            pump.close()
-            for side in (sink, source, feeding):
-                side.close()
-        return everything(received), cause, held
+            held = not rig.ended.done()
+            rig.pump.go_on(exchange.unpause_requests)
+            cause = await asyncio.wait_for(rig.ended, 10)
+            await asyncio.wait_for(rig.pump.drained(), 10)
+        return everything(rig.received), cause, held
 
     got, cause, held = run(main(), uvloop)
     assert held  # nothing after the first request was read until going on
@@ -253,13 +259,9 @@ def test_a_paused_direction_is_not_read_until_it_goes_on(uvloop: bool, zero_copy
     first, second = ask(1), ask(2)
 
     async def main() -> tuple[int, int, bytes]:
-        source, feeding = socket.socketpair()
-        sink, received = socket.socketpair()
         probe, probing = socket.socketpair()
-        for side in (source, sink, probe):
-            side.setblocking(False)
+        probe.setblocking(False)
         loop = asyncio.get_running_loop()
-        ended: asyncio.Future[BaseException | None] = loop.create_future()
         read = asyncio.Event()
         total = 0
         exchange = Exchange(Learner().registry.map, rewrite_caps())
@@ -269,49 +271,32 @@ def test_a_paused_direction_is_not_read_until_it_goes_on(uvloop: bool, zero_copy
             total += count
             read.set()
 
-        def end(cause: BaseException | None) -> None:
-            if not ended.done():
-                ended.set_result(cause)
-
-        pump = Pump(
-            PlainStream(source.fileno(), source.fileno()),
-            PlainStream(sink.fileno(), sink.fileno()),
-            exchange.requests,
-            zero_copy=zero_copy,
-            on_bytes=counted,
-            on_source_end=end,
-            on_sink_error=end,
-        )
         probed: asyncio.Future[None] = loop.create_future()
 
         def heard() -> None:
             if not probed.done():
                 probed.set_result(None)
 
-        try:
-            pump.start()
-            feeding.sendall(first)
+        with piped(exchange.requests, zero_copy, on_bytes=counted) as rig, probe, probing:
+            rig.pump.start()
+            rig.feeding.sendall(first)
             while total < len(first):
                 read.clear()
                 await asyncio.wait_for(read.wait(), 10)
             exchange.pause_requests()  # between requests: paused at once
-            feeding.sendall(second)
+            rig.feeding.sendall(second)
             loop.add_reader(probe.fileno(), heard)
             probing.sendall(b"?")
             await asyncio.wait_for(probed, 10)  # the poll that saw `second` has run
             loop.remove_reader(probe.fileno())
             while_paused = total
-            pump.go_on(exchange.unpause_requests)
+            rig.pump.go_on(exchange.unpause_requests)
             while total < len(first) + len(second):
                 read.clear()
                 await asyncio.wait_for(read.wait(), 10)
-            await asyncio.wait_for(pump.drained(), 10)
+            await asyncio.wait_for(rig.pump.drained(), 10)
             after = total
-        finally:
-            pump.close()
-            for side in (sink, source, feeding, probe, probing):
-                side.close()
-        return while_paused, after, everything(received)
+        return while_paused, after, everything(rig.received)
 
     while_paused, after, got = run(main(), uvloop)
     assert while_paused == len(first)  # `second` was left in the socket
