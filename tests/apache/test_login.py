@@ -78,6 +78,18 @@ def up_argv(kafka: ApacheKafka, listener: str, *flags: str) -> list[str]:
             "--listen", f"127.0.0.1:{free_port_run(8)}", *flags]  # fmt: skip
 
 
+def stopped_at_start(
+    kafka: ApacheKafka, listener: str, directory: Path, *flags: str
+) -> tuple[str, str]:
+    """Run `up` that must stop at start: exit status 2 and no traceback (asserted); what it
+    said, on one line, and its whole output (to search for secrets)."""
+    result = subprocess.run(up_argv(kafka, listener, *flags), capture_output=True, text=True,
+                            timeout=120, cwd=directory)  # fmt: skip
+    told = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in told, told
+    return told, result.stdout + result.stderr
+
+
 @contextmanager
 def up(
     kafka: ApacheKafka, listener: str, *flags: str, env: dict[str, str] | None = None
@@ -174,13 +186,10 @@ def test_a_wrong_login_stops_up_at_start_with_kafkas_message(
     flags = login_flags(mechanism, secret_file(tmp_path, wrong))
     if listener == "scram":
         flags += tls_flags(apache_kafka)
-    result = subprocess.run(up_argv(apache_kafka, listener, *flags), capture_output=True,
-                            text=True, timeout=120, cwd=tmp_path)  # fmt: skip
-    told = " ".join(result.stderr.split())
-    assert result.returncode == 2 and "Traceback" not in told, told
+    told, output = stopped_at_start(apache_kafka, listener, tmp_path, *flags)
     assert f"the tunnel cannot log in: broker {apache_kafka.bootstrap(listener)}: login as " \
         f"{SCRAM_USER} with {mechanism} failed: {said}" in told, told  # fmt: skip
-    assert wrong not in result.stdout + result.stderr
+    assert wrong not in output
 
 
 def scram_keys(kafka: ApacheKafka, mechanism: str, listener: str) -> list[bytes]:
