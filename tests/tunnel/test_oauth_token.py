@@ -403,7 +403,10 @@ def test_a_token_endpoint_url_where_something_else_listens_stops_up_saying_so(
     tmp_path: Path,
 ) -> None:
     """A URL with the wrong port, where another service answers first (an SSH server's
-    greeting): not HTTP, which `up` says in one line, naming the flag, with no traceback."""
+    greeting): not HTTP, which `up` says in one line, naming the flag, with no traceback.
+    The greeting is Debian 12's openssh-server 9.2p1 identification line (RFC 4253 4.2),
+    sent first and the client read until it leaves, as sshd does; only that line matters
+    here, so no sshd runs."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
 
         def greet() -> None:
