@@ -70,6 +70,7 @@ class GroupResult:
     errors: list[str] = field(default_factory=list)  # errors the client reported
     coordinator_errors: list[str] = field(default_factory=list)  # from librdkafka's group log
     redelivered: int = 0  # records seen again after a rejoin (skipped with dedupe_by_offset)
+    processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset), deduped
 
     @property
     def not_coordinator(self) -> int:
@@ -140,6 +141,7 @@ def consume_group(
     stop_after_coordinator_errors: int | None = None,
     dedupe_by_offset: bool = False,
     stop: threading.Event | None = None,
+    processed_before: set[tuple[int, int]] | None = None,
 ) -> GroupResult:
     """Consume `topic` from the start as `group` until `expected` messages, the deadline or
     `stop`, committing offsets; report what was consumed and every coordinator error seen.
@@ -147,6 +149,8 @@ def consume_group(
     With `dedupe_by_offset`, a record at a (partition, offset) already processed is skipped
     and counted as redelivered: Kafka redelivers from the last committed offset after a
     group rejoins, and this is how an application processes each record exactly once.
+    `processed_before` continues an earlier run of the same application (its `processed`):
+    what that run processed after its last commit that landed is delivered again here.
 
     With `stop_after_coordinator_errors`, give up as soon as that many coordinator errors
     were logged (a group that cannot reach its coordinator never recovers on its own).
@@ -168,7 +172,8 @@ def consume_group(
         # rebalance for the session timeout, so keep it at the brokers' minimum.
         settings = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **settings}
     consumer = confluent_kafka.Consumer(settings)
-    processed: set[tuple[int, int]] = set()
+    processed = result.processed
+    processed.update(processed_before or ())
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + timeout

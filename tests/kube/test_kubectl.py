@@ -106,7 +106,8 @@ def test_forwards_survive_twenty_kills(
     assert set(duplicated.values()) <= {2}, duplicated
     assert len(duplicated) <= 5 * len(run.restore_times), duplicated
     for group, result in run.results.items():
-        assert sorted(result.values) == sorted(run.log.values), (group, len(result.values))
+        said = (group, len(result.values), result.redelivered, result.errors[-3:])
+        assert sorted(result.values) == sorted(run.log.values), said
 
 
 def test_kubectl_not_installed(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
