@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import gc
 import json
-import math
 import os
 import signal
 import socket
@@ -505,8 +504,6 @@ def run_up(console: Console, options: UpOptions) -> None:
         console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
                       f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
                       "their own", highlight=False)  # fmt: skip
-    if login is not None and login.tokens is not None:
-        _first_token(login.tokens, options.limits.start_timeout)
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
@@ -561,6 +558,8 @@ def run_up(console: Console, options: UpOptions) -> None:
             config = dataclasses.replace(config, client_tls=client)
     except SettingError as cause:
         raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
+    if login is not None and login.tokens is not None:  # once every setting is known good
+        _first_token(login.tokens, limits.start_timeout)
     run = loop_runner(options.running.loop)
     try:
         run(_serve(console, Tunnel(config, forwarder, companions), options.running.table, dns,
@@ -586,9 +585,8 @@ def _first_token(tokens: TokenSource, start_timeout: float) -> None:
     """OAUTHBEARER: the first token, before the tunnel starts, so that an endpoint that
     cannot be reached or refuses the client stops `up` at once with its own cause (not a
     bootstrap broker that seems not to answer), and one that does not answer stops it
-    after --start-timeout (REQUEST_TIMEOUT with 0, which waits for no broker; a value that
-    is no timeout is refused once the token is in)."""
-    within = start_timeout if 0 < start_timeout < math.inf else REQUEST_TIMEOUT
+    after --start-timeout (REQUEST_TIMEOUT with 0, which waits for no broker)."""
+    within = start_timeout if start_timeout > 0 else REQUEST_TIMEOUT
     try:
         tokens.fetch_first(within)
     except TokenError as cause:  # it names the endpoint, the client, the cause and the fix

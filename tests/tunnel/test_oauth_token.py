@@ -370,6 +370,25 @@ def closed_port() -> tuple[socket.socket, int]:
     return holder, holder.getsockname()[1]
 
 
+@pytest.mark.parametrize("value", ["-1", "1e400"])
+def test_a_bad_start_timeout_is_refused_before_the_token_endpoint_is_asked(
+    tmp_path: Path, value: str
+) -> None:
+    """A setting the tunnel cannot run with stops `up` before the client secret is sent."""
+    endpoint = socket.create_server(("127.0.0.1", 0))
+    endpoint.setblocking(False)
+    try:
+        url = f"http://127.0.0.1:{endpoint.getsockname()[1]}/token"
+        out = up_oauth(tmp_path, url, "--start-timeout", value)
+        with pytest.raises(BlockingIOError):  # nobody connected
+            endpoint.accept()[0].close()
+    finally:
+        endpoint.close()
+    assert out.returncode == 2 and "--start-timeout" in out.stderr, out.stderr
+    assert "must be a number of seconds, 0 or more" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize("where", ["closed-port", "unresolved-name"])
 def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
     tmp_path: Path, where: str
