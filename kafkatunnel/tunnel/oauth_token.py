@@ -292,6 +292,10 @@ def unreached(reason: object, endpoint: TokenEndpoint) -> str:
             return (f"its certificate is not for {host} ({said}); name the endpoint in "
                     "--sasl-token-endpoint as its certificate does")  # fmt: skip
         return f"its certificate is not trusted ({said}); give its CA with --sasl-token-endpoint-ca"
+    if isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":
+        # OpenSSL's word for an answer to its hello that is no TLS record: plain HTTP
+        return (f"what answers there does not speak TLS; an endpoint serving plain HTTP takes "
+                f"an http:// URL{check} and its port")  # fmt: skip
     if isinstance(reason, http.client.HTTPException):  # something else listens there
         said = one_line(str(reason), 80) or type(reason).__name__
         return f"what answers there does not speak HTTP ({said}){check} and its port"

@@ -796,6 +796,36 @@ def test_an_https_token_endpoint_is_asked_only_when_its_certificate_is_trusted(
                             r"does", lines[0]), lines  # fmt: skip
 
 
+def test_an_https_url_where_plain_http_answers_stops_up_saying_so(tmp_path: Path) -> None:
+    """An https:// URL for an endpoint that serves plain HTTP: OpenSSL reads its answer to
+    the hello as a wrong TLS version; `up` says what it means, and nothing was asked."""
+    asked: list[str] = []
+
+    class PlainEndpoint(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            self.send_error(500)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PlainEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/token"
+        out = up_oauth(tmp_path, url, "--start-timeout", "5")
+    finally:
+        server.shutdown()
+        server.server_close()
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0] == (
+        f"error: the tunnel cannot log in: cannot reach the token endpoint {url} for client "
+        "kafkatunnel: what answers there does not speak TLS; an endpoint serving plain HTTP "
+        "takes an http:// URL; check --sasl-token-endpoint and its port"), lines  # fmt: skip
+    assert asked == []
+
+
 OAUTH = {"mechanism": "OAUTHBEARER", "token_endpoint": "https://idp.example/token",
          "client_id": "kafkatunnel", "client_secret_env": "SECRET"}  # fmt: skip
 
