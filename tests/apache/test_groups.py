@@ -163,8 +163,10 @@ def test_groups_of_every_kind_whose_coordinator_restarts_are_judged_ok(
                     subprocess.run(argv, capture_output=True, text=True, timeout=240)
                 )
             config = {"group.protocol": kind}
+            # a member expired while its coordinator moves is delivered records again
             return lambda: len(set(consume_group(bootstrap, groups[kind], topic, total,
-                                                 timeout=150, config=config).values))  # fmt: skip
+                                                 timeout=150, config=config,
+                                                 dedupe_by_offset=True).values))  # fmt: skip
 
         with ThreadPoolExecutor(len(kinds)) as pool:
             running = {kind: pool.submit(group(kind)) for kind in kinds}
@@ -224,7 +226,8 @@ def test_the_first_groups_of_a_new_cluster_are_judged_ok(java_classes: str, tmp_
                     )
                 config = {"group.protocol": kind}
                 return lambda: len(set(consume_group(
-                    bootstrap, groups[kind], topic, MESSAGES, timeout=60, config=config
+                    bootstrap, groups[kind], topic, MESSAGES, timeout=60, config=config,
+                    dedupe_by_offset=True,
                 ).values))  # fmt: skip
 
             with ThreadPoolExecutor(len(kinds) + 1) as pool:
