@@ -56,9 +56,10 @@ def test_an_idle_forward_outlives_the_runtimes_idle_timeout_only_when_kept_alive
         kept.start()
         try:
             kept_port = await kept.wait_ready(60)
-            for port in (old_port, new_port, kept_port):
+            assert await echo_through(old_port, b"before\n") == b"before\n"
+            idle_since = time.monotonic()  # the old forward's last data: its idle time runs
+            for port in (new_port, kept_port):
                 assert await echo_through(port, b"before\n") == b"before\n"
-            idle_since = time.monotonic()
             # kubectl 1.20's forward, idle, is closed by the runtime: not before the timeout
             await asyncio.wait_for(old.wait(), idle + 30)
             assert time.monotonic() - idle_since >= idle - 1
