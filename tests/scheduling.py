@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.localcluster.ports import below_ephemeral_slice, pick_from
+
 # Session-scoped worlds that are worth a worker of their own: a JVM. The other session
 # fixtures are cheap (the mock cluster starts in a second or two): each worker has its own.
 SHARED_SESSION_WORLDS = frozenset({"spark"})
@@ -106,6 +108,10 @@ def pytest_configure(config: pytest.Config) -> None:
         _made.append(os.environ[LOCKS])
     if hasattr(config, "workerinput") and LOCKS in os.environ:
         (Path(os.environ[LOCKS]) / f"worker-{os.getpid()}").touch()
+    if hasattr(config, "workerinput"):  # ports a worker picks: none another worker picks
+        worker = config.workerinput
+        index = int(str(worker["workerid"]).removeprefix("gw"))
+        pick_from(below_ephemeral_slice(index, int(worker["workercount"])))
 
 
 def run_pids(config: pytest.Config) -> list[int]:

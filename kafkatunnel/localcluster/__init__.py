@@ -4,10 +4,9 @@ from kafkatunnel.localcluster.harness import (
     TANSU_HOST,
     ClusterBroker,
     LocalCluster,
-    free_port,
-    free_port_run,
 )
 from kafkatunnel.localcluster.netns import IsolationUnavailable, isolation_problem
+from kafkatunnel.localcluster.ports import free_port, free_port_run
 
 __all__ = [
     "TANSU_HOST",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafkatunnel.localcluster.netns import IsolationUnavailable, NetworkNamespace
+from kafkatunnel.localcluster.ports import free_port
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
@@ -37,34 +38,6 @@ class ClusterBroker:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def free_port_run(count: int, host: str = "127.0.0.1") -> int:
-    """A port P such that P .. P+count-1 are all free now: a tunnel's bootstrap port and the
-    broker ports that follow it."""
-    for _ in range(200):
-        base = free_port(host)
-        if base + count >= 65535:
-            continue
-        held: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no run of {count} free ports on {host}")
 
 
 def tansu_binary() -> str:

@@ -38,8 +38,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from kafkatunnel.localcluster.harness import free_port
 from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.localcluster.ports import free_port
 from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 

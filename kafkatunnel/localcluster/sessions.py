@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafkatunnel.capture.dumpcap import Dumpcap
-from kafkatunnel.localcluster.harness import LocalCluster, free_port_run
+from kafkatunnel.localcluster.harness import LocalCluster
+from kafkatunnel.localcluster.ports import free_port_run
 from kafkatunnel.localcluster.single_forward import SingleForward
 from kafkatunnel.localcluster.workload import (
     GroupResult,
