@@ -54,6 +54,7 @@ def test_every_coordinator_through_kubectl_forwards(
         tunnel.stop()
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_forwards_survive_twenty_kills(
     cluster: LocalCluster, world: World, one_kubectl: str, request: pytest.FixtureRequest
 ) -> None:

@@ -164,6 +164,7 @@ def _node_of(cluster: LocalCluster, pod: str) -> int:
     return cluster.mock[int(pod.rsplit("-", 1)[1])].node_id
 
 
+@pytest.mark.alone  # the wake's probe of each forward waits 5 s at most
 def test_waking_from_sleep_checks_every_forward_at_once(
     cluster: LocalCluster, world: World, kubectl: str
 ) -> None:
