@@ -222,7 +222,7 @@ class Admin:
             return answer.status, json.loads(read) if read else None, answer.headers["Location"]
 
 
-ROTATED_LIFESPAN = 30  # seconds: the refresh at 24 s, the token sent until 29 s
+ROTATED_LIFESPAN = 40  # seconds: the refresh at 32 s, the token sent until 39 s
 
 
 def test_a_client_secret_changed_while_up_runs(apache_kafka: ApacheKafka, tmp_path: Path) -> None:
@@ -274,9 +274,6 @@ def test_a_client_secret_changed_while_up_runs(apache_kafka: ApacheKafka, tmp_pa
 
             wait_for(producing_everywhere, timeout=30, what="the producer connected to "
                      "every broker")  # fmt: skip
-            first = logins(status(bootstrap)[0])[apache_kafka.bootstrap("oauth")]
-            expires = first["token_expires_at"]
-            assert isinstance(expires, float), first
             regenerated, new, _ = admin.call("POST", f"clients/{internal_id}/client-secret")
             assert regenerated == 200 and new["value"] != CLIENT_SECRET, regenerated
             new_secret = new["value"]
@@ -289,8 +286,9 @@ def test_a_client_secret_changed_while_up_runs(apache_kafka: ApacheKafka, tmp_pa
 
             wait_for(refresh_refused, timeout=ROTATED_LIFESPAN, what="the refresh refused")
             # the token held, still valid: a new client's connections log in with it, and
-            # the producer goes on on the connections it has
-            assert produce(bootstrap, f"{topic}-new", 3, timeout=4) == 3
+            # the producer goes on on the connections it has (the topic is there: the new
+            # client only connects)
+            assert produce(bootstrap, topic, 3, timeout=4) == 3
             for _ in range(10):
                 produce_one()
             producer.flush(4)
@@ -298,6 +296,11 @@ def test_a_client_secret_changed_while_up_runs(apache_kafka: ApacheKafka, tmp_pa
             counts = connections_to_brokers(stats)
             assert counts and all(c == ("UP", 1, 0) for c in counts.values()), counts
             valid, valid_shown = status(bootstrap)
+            # the token held now (a refresh before the secret changed may have replaced the
+            # first, with later setup on a loaded machine)
+            held_now = logins(valid)[apache_kafka.bootstrap("oauth")]
+            expires = held_now["token_expires_at"]
+            assert isinstance(expires, float), held_now
             wait_for(lambda: time.time() > expires, timeout=ROTATED_LIFESPAN,
                      what="the token's end")  # fmt: skip
             refused = {"message.timeout.ms": 4000}
