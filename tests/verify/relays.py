@@ -13,6 +13,7 @@ its connections to one broker, to the wrong one, or to two brokers in turn.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,22 +159,41 @@ class RelayedLaptop:
                               text=True, timeout=timeout)  # fmt: skip
 
     def finish(self) -> Path:
-        """Stop the capture and return the file, which holds every packet tcpdump's filter
-        took, or this fails saying how many are missing: a capture that lost packets
-        reaches verify as connections missing their middle, whose groups it cannot judge."""
+        """Stop the capture once tcpdump has written every packet its filter took, and
+        return the file; or fail if the kernel dropped any: a capture that lost packets
+        reaches verify as connections missing their middle, whose groups it cannot judge.
+
+        Stopped at once, tcpdump would leave unwritten what is still in its ring (the
+        closing packets of the last client, when it waits for a CPU): its SIGINT breaks the
+        loop, and the kernel's count of packets the filter took includes those never read."""
+        wait_for(self._caught_up, timeout=30, interval=0.1,
+                 what="tcpdump to write every packet its filter took")  # fmt: skip
         self.tcpdump.popen.send_signal(signal.SIGINT)
         self.tcpdump.popen.wait(10)
         counts = {
             what: int(self.tcpdump.wait_for_line(rf"^(\d+) packets? {what}$", timeout=10)[1])
             for what in ("captured", "received by filter", "dropped by kernel")
         }
-        if counts["captured"] != counts["received by filter"]:
+        if counts["dropped by kernel"]:
             raise RuntimeError(
-                f"tcpdump wrote {counts['captured']} of the {counts['received by filter']} "
-                f"packets its filter took ({counts['dropped by kernel']} dropped by the kernel: "
-                f"its {CAPTURE_BUFFER_KIB} KiB buffer overflowed): {self.capture} is incomplete"
+                f"the kernel dropped {counts['dropped by kernel']} of the packets tcpdump's "
+                f"filter took (its {CAPTURE_BUFFER_KIB} KiB buffer overflowed): "
+                f"{self.capture} is incomplete"
             )
         return self.capture
+
+    def _caught_up(self) -> bool:
+        """Whether tcpdump has written every packet its filter took so far: SIGUSR1 makes
+        tcpdump (4.99) print its counts on one line and go on."""
+        said = len(self._counts_said())
+        self.tcpdump.popen.send_signal(signal.SIGUSR1)
+        counts = wait_for(lambda: self._counts_said()[said:], timeout=10,
+                          what="tcpdump to print its counts")[0]  # fmt: skip
+        return counts[0] == counts[1]
+
+    def _counts_said(self) -> list[tuple[int, ...]]:
+        return [tuple(map(int, m.groups())) for line in list(self.tcpdump.lines)
+                if (m := COUNTS.match(line))]  # fmt: skip
 
     def close(self) -> None:
         for process in [*self.processes, *([self.tcpdump] if hasattr(self, "tcpdump") else [])]:
@@ -181,6 +201,11 @@ class RelayedLaptop:
         self.laptop.close()
         self.relays.close()
 
+
+# tcpdump's counts when asked with SIGUSR1 (info(0) in tcpdump.c): written, taken by the
+# filter (the kernel's count, with packets not yet read), dropped by the kernel
+COUNTS = re.compile(r"^tcpdump: (\d+) packets? captured, (\d+) packets? received by filter, "
+                    r"(\d+) packets? dropped by kernel$")  # fmt: skip
 
 _ALTERNATE = """
 import fcntl, os
