@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 from kafkatunnel.localcluster import LocalCluster, isolation_problem
@@ -28,6 +29,14 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", JIT)
 # `kafkatunnel` command, a verify worker, a Spark executor's Python). One cache for them all.
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(ROOT / ".hypothesis"))
+
+# Properties are judged by what they find, not by how fast an example runs: beside JVMs and
+# brokers on two cores, an example or its generation may wait seconds for a CPU, which
+# hypothesis' deadline (200 ms) and its too_slow health check would report as a failure.
+hypothesis.settings.register_profile(
+    "suite", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.load_profile("suite")
 
 # `up` under sudo runs as the invoking user: tests say themselves when they play sudo.
 for _variable in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):

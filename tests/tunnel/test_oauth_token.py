@@ -181,6 +181,7 @@ def test_an_answer_that_is_no_token_is_refused_saying_why(
     assert "client kafkatunnel at https://idp.example" in str(refused.value)
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_one_token_is_fetched_for_all_and_again_at_80_percent_of_its_lifetime() -> None:
     """Logins that ask at once share one fetch; a second token comes at 80% of the first
     one's lifetime, before it ends, and is the one logins get after."""
@@ -257,6 +258,7 @@ def test_a_stop_while_a_refresh_hangs_on_the_endpoint_is_not_held_up_by_it() -> 
     assert stopped_after < 10, f"the stop waited {stopped_after:.1f}s for the endpoint"
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_a_failed_refresh_keeps_the_valid_token_then_logins_fail_with_the_endpoints_words() -> None:
     """The refresh refused: the token held is used until it ends (the refusal kept for
     status); then a login fails with the endpoint's refusal, saying the token ended, and
@@ -307,15 +309,18 @@ def test_a_refresh_refused_again_and_again_is_logged_once(
         source = TokenSource(ENDPOINT, token_then_refusals(1.0, fetched))
         try:
             await source.current()
-            deadline = time.monotonic() + 5
-            while len(fetched) < 6 and time.monotonic() < deadline:
+            deadline = time.monotonic() + 5  # until the log has said 5 refusals (each is
+            while len(said()) < 5 and time.monotonic() < deadline:  # logged after its fetch)
                 await asyncio.sleep(0.02)
         finally:
             source.close()
 
+    def said() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "not refreshed" in r.getMessage()]
+
     with caplog.at_level(logging.DEBUG, logger=oauth_token.__name__):
         asyncio.run(run())
-    refused = [r for r in caplog.records if "not refreshed" in r.getMessage()]
+    refused = said()
     assert len(fetched) >= 6 and len(refused) >= 5, (fetched, refused)
     warned = [r.getMessage() for r in refused if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "invalid_client" in warned[0], warned
@@ -481,6 +486,7 @@ def silent() -> Iterator[Silent]:
     endpoint.close()
 
 
+@pytest.mark.alone  # a bound on elapsed time
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_token_endpoint_that_never_answers_stops_up_after_the_start_timeout(
     tmp_path: Path, silent: Silent, scheme: str
@@ -506,6 +512,7 @@ def test_a_token_endpoint_that_never_answers_stops_up_after_the_start_timeout(
     assert CLIENT_SECRET not in out.stdout + out.stderr
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_the_first_token_is_waited_for_as_long_as_start_asks(
     silent: Silent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -538,6 +545,7 @@ def test_the_first_token_is_waited_for_as_long_as_start_asks(
     assert len(silent.accepted) == 1
 
 
+@pytest.mark.alone  # a bound on elapsed time
 def test_a_refresh_the_endpoint_never_answers_is_given_up_after_the_request_timeout(
     silent: Silent, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,6 +80,7 @@ def trusting_nothing() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=None)
 
 
+@pytest.mark.alone  # a bound on elapsed time
 @pytest.mark.parametrize("secured", ["tls", "login"])
 def test_a_broker_stream_that_never_answers_is_let_go_and_its_forward_checked(
     silent: socket.socket, secured: str
