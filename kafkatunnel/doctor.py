@@ -18,11 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError, can_i_args
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
-from kafkatunnel.probe import CLIENT_ID, ProbeConnection, split_address
+from kafkatunnel.probe import CLIENT_ID, ProbeConnection
 from kafkatunnel.protocol import NOT_COORDINATOR, BrokerAddress
 
 PASS, FAIL, SKIP, WARN = "pass", "fail", "skip", "warn"  # warn: works now, will not for long

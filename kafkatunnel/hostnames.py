@@ -68,6 +68,17 @@ def parse_port(text: str) -> int:
     return check_port(int(text))
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as (host, port), else ValueError saying why."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host.strip("[]"):
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    try:
+        return host.strip("[]"), parse_port(port)
+    except ValueError as cause:
+        raise ValueError(f"{address!r} is not HOST:PORT: {cause}") from None
+
+
 def check_address(host: str, port: int) -> tuple[str, int]:
     return check_host(host), check_port(port)
 

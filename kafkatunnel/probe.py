@@ -20,7 +20,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kafkatunnel.hostnames import parse_port
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.protocol import (
     BrokerAddress,
     FrameDecoder,
@@ -151,17 +151,6 @@ def decode_answer(answer: bytes, api_key: int, version: int) -> Any:
             raise ConnectionError(f"an answer that cannot be decoded: {error}") from None
         raise ErrorAnswer(code) from None
     return value
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as (host, port), else ValueError saying why."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host.strip("[]"):
-        raise ValueError(f"{address!r} is not HOST:PORT")
-    try:
-        return host.strip("[]"), parse_port(port)
-    except ValueError as cause:
-        raise ValueError(f"{address!r} is not HOST:PORT: {cause}") from None
 
 
 class ProbeConnection:

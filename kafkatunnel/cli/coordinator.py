@@ -5,20 +5,20 @@ and every failure names its cause."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
-from kio.schema.errors import ErrorCode
 
 from kafkatunnel.cli.options import json_option
 from kafkatunnel.cli.output import error, make_console
-from kafkatunnel.probe import Coordinator, ErrorAnswer, find_coordinator, split_address
-from kafkatunnel.protocol import (
-    DEFAULT_PARTITIONS,
-    GROUP_TOPIC,
-    TRANSACTION_TOPIC,
-    ProtocolError,
-    partition_for,
-)
+from kafkatunnel.hostnames import split_address
+
+if TYPE_CHECKING:
+    from kafkatunnel.probe import Coordinator
+
+# Kafka's default partitions of both topics, kafkatunnel.protocol's DEFAULT_PARTITIONS:
+# said here too, for --help to show without loading the protocol (a test holds them equal)
+PARTITIONS = 50
 
 
 def coordinator(
@@ -28,7 +28,7 @@ def coordinator(
         help="A consumer group id (or, with --transactional, a transactional id).",
     ),
     partitions: int = typer.Option(
-        DEFAULT_PARTITIONS,
+        PARTITIONS,
         min=1,
         metavar="N",
         help="Partitions of __consumer_offsets / __transaction_state.",
@@ -42,6 +42,8 @@ def coordinator(
     as_json: bool = json_option(),
 ) -> None:
     """Which partition, and with --bootstrap which broker, coordinates a group."""
+    from kafkatunnel.protocol import GROUP_TOPIC, TRANSACTION_TOPIC, partition_for
+
     kind = "transactional id" if transactional else "group id"
     if not key:
         raise typer.BadParameter(f"an empty {kind}: Kafka clients refuse it; name the {kind}")
@@ -73,6 +75,9 @@ def coordinator(
 
 
 def _ask(bootstrap: str, key: str, transactional: bool) -> Coordinator:
+    from kafkatunnel.probe import ErrorAnswer, find_coordinator
+    from kafkatunnel.protocol import ProtocolError
+
     for address in bootstrap.split(","):
         try:
             split_address(address.strip())
@@ -90,6 +95,8 @@ def _ask(bootstrap: str, key: str, transactional: bool) -> Coordinator:
 
 
 def _error_name(code: int) -> str:
+    from kio.schema.errors import ErrorCode
+
     try:
         return ErrorCode(code).name.upper()
     except ValueError:

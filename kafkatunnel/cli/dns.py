@@ -12,8 +12,7 @@ from rich.console import Console
 
 from kafkatunnel.cli.options import port_option
 from kafkatunnel.cli.output import error, make_console
-from kafkatunnel.dns.resolver import loopback_alias_commands, setup, teardown
-from kafkatunnel.probe import split_address
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 
 app = typer.Typer(help="Point this machine's resolver at a running tunnel's DNS shim.")
@@ -41,6 +40,8 @@ def dns_teardown(
     dry_run: bool = typer.Option(False, help="Print what would be undone, change nothing."),
 ) -> None:
     """Undo everything `dns setup` (or `up --dns`) did, also after a crash."""
+    from kafkatunnel.dns.resolver import teardown
+
     console = make_console()
     steps = teardown(dry_run=dry_run)
     for step in steps or ["nothing to undo"]:
@@ -56,6 +57,8 @@ def run_dns_setup(
     resolver_dir: str,
     apply: bool,
 ) -> None:
+    from kafkatunnel.dns.resolver import loopback_alias_commands, setup
+
     tunnels = running_tunnels()
     if port is not None:
         tunnels = {p: s for p, s in tunnels.items() if p == port}

@@ -23,18 +23,7 @@ from kafkatunnel.cli.options import (
 )
 from kafkatunnel.cli.output import make_console
 from kafkatunnel.cli.up_options import KubeOptions
-from kafkatunnel.doctor import (
-    FAIL,
-    StartCheck,
-    Subject,
-    dns_server_resolve,
-    run_checks,
-    subject_from_status,
-    system_resolve,
-)
-from kafkatunnel.kube.forwarder import KubectlForwarder
-from kafkatunnel.kube.kubectl import Kubectl
-from kafkatunnel.probe import split_address
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "warn": "yellow"}
@@ -83,6 +72,18 @@ def run_doctor(
     resolver: str | None,
     as_json: bool,
 ) -> int:
+    from kafkatunnel.doctor import (
+        FAIL,
+        StartCheck,
+        Subject,
+        dns_server_resolve,
+        run_checks,
+        subject_from_status,
+        system_resolve,
+    )
+    from kafkatunnel.kube.forwarder import KubectlForwarder
+    from kafkatunnel.kube.kubectl import Kubectl
+
     for flag, address, what in (("--bootstrap", bootstrap, "the tunnel's HOST:PORT, e.g. "
                                  "127.0.0.1:9092"),
                                 ("--resolver", resolver, "the DNS server's HOST:PORT, e.g. "

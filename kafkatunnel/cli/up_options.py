@@ -4,7 +4,11 @@ their own: each error names the flag at fault (typer.BadParameter's param_hint).
 What needs more than the flags is checked where it is known, still naming its flag: files
 (TLS material, the recording directory) are read once root is shed, so as the user; the
 tunnel's own settings (addresses, limits, modes that go together) by TunnelConfig
-(SettingError). Nothing is checked twice."""
+(SettingError). Nothing is checked twice.
+
+Checking loads little: the modules behind a check (the forwarders' templates, the
+resolver's methods, the protocol's API names) are imported by the check that needs them,
+so that a mistyped flag is said as quickly as --help is shown."""
 
 from __future__ import annotations
 
@@ -13,17 +17,15 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
-from kafkatunnel.dns.resolver import METHODS
-from kafkatunnel.hostnames import parse_port
+from kafkatunnel.hostnames import parse_port, split_address
 from kafkatunnel.kube.services import ServiceRequest, check_namespace
-from kafkatunnel.probe import split_address
-from kafkatunnel.protocol import Policy, PolicyError
-from kafkatunnel.tunnel import parse_mapping
-from kafkatunnel.tunnel.forwarders import check_template
+
+if TYPE_CHECKING:
+    from kafkatunnel.protocol import Policy
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -211,6 +213,8 @@ class Checked:
 
 def check(options: UpOptions) -> Checked:
     """Every flag on its own and with the others it goes with (BadParameter naming it)."""
+    from kafkatunnel.dns.resolver import METHODS
+
     reach, serving, tls, dns = options.reach, options.serving, options.tls, options.dns
     namespace = options.kube.namespace
     if namespace is not None:
@@ -275,6 +279,8 @@ def check(options: UpOptions) -> Checked:
 def check_guard(guard: Guard) -> Policy | None:
     """The policy the guard's flags make (None: nothing refused); an unknown API name or a
     contradiction names the flag and the valid names."""
+    from kafkatunnel.protocol import Policy, PolicyError
+
     try:
         return Policy.of(guard.read_only, guard.deny_api, guard.allow_api)
     except PolicyError as cause:
@@ -361,6 +367,8 @@ def _check_oauth(sasl: SaslFlags) -> None:
 
 
 def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:
+    from kafkatunnel.tunnel.forwarders import check_template, parse_mapping
+
     if via not in VIA:
         raise typer.BadParameter(f"{via!r} is not one of {', '.join(VIA)}", param_hint="--via")
     if via == "kubectl" and (reach.exec_template or reach.mappings):

@@ -13,35 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from kafkatunnel.cli.output import error, make_console
-from kafkatunnel.verify.failures import (
-    explain,
-    java_causes,
-    master_problem,
-    spark_errors,
-)
-from kafkatunnel.verify.identity import parse_broker_entries
-from kafkatunnel.verify.job import (
-    Report,
-    expand,
-    is_uri,
-    spark_problem,
-    spark_session,
-    verify_local,
-    verify_spark,
-)
-from kafkatunnel.verify.objectstore import ObjectStoreError, object_store_settings
-from kafkatunnel.verify.replay import replay
-from kafkatunnel.verify.report import (
-    address_table,
-    final_line,
-    summary_lines,
-    table,
-    verdict_of_run,
-    write_reports,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from kafkatunnel.verify.job import Report
 
 
 def verify(
@@ -107,6 +83,8 @@ class Outputs(NamedTuple):
 
 def parse_brokers(entries: list[str]) -> dict[str, int]:
     """--broker ADDRESS=NODE entries as address -> node."""
+    from kafkatunnel.verify.identity import parse_broker_entries
+
     try:
         return parse_broker_entries(entries)
     except ValueError as cause:
@@ -123,6 +101,26 @@ def run_verify(
     brokers: dict[str, int] | None = None,
     strict: bool = False,
 ) -> int:
+    from kafkatunnel.verify.failures import master_problem, spark_errors
+    from kafkatunnel.verify.job import (
+        expand,
+        is_uri,
+        spark_problem,
+        spark_session,
+        verify_local,
+        verify_spark,
+    )
+    from kafkatunnel.verify.objectstore import ObjectStoreError, object_store_settings
+    from kafkatunnel.verify.replay import replay
+    from kafkatunnel.verify.report import (
+        address_table,
+        final_line,
+        summary_lines,
+        table,
+        verdict_of_run,
+        write_reports,
+    )
+
     if not paths:
         raise typer.BadParameter("name at least one recording (file, directory or URI)")
     try:
@@ -213,6 +211,8 @@ def _spark_failed(
     """Say why the Spark job failed and what to do, the Java stack kept in Spark's log:
     exit status 2 when the cause is the user's (as for other bad input), 70 when it is
     not recognised (as for anything else that escapes)."""
+    from kafkatunnel.verify.failures import explain, java_causes
+
     explained = explain(java_causes(failure), master)
     with contextlib.suppress(OSError), log.open("a") as out:
         out.write(f"\nkafkatunnel verify: the Spark job failed:\n{failure}\n")

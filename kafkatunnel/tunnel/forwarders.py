@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import cast
 
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.pids import die_with_parent
-from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream, PlainStream
 
 

@@ -15,12 +15,9 @@ from dataclasses import dataclass, field
 
 from kafkatunnel.hostnames import UntrustedName, check_address
 from kafkatunnel.protocol import BrokerAddress, ProtocolError, UnknownBroker, api_title
+from kafkatunnel.tunnel.limits import DEFAULT_MAX_BROKERS
 
 log = logging.getLogger("kafkatunnel.registry")
-# A cluster with more brokers than this is rare; an answer naming more is more likely a
-# broken or hostile one. Each broker costs a listener (two with DNS) and, via kubectl, a
-# port-forward process. --max-brokers raises it.
-DEFAULT_MAX_BROKERS = 256
 REFUSALS_KEPT = 50  # refused brokers listed in status (all are counted)
 # Node ids of refused brokers remembered, so an answer repeated (every metadata refresh)
 # is not counted or logged again; past this many a hostile cluster gets no more memory.

@@ -18,8 +18,10 @@ import functools
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from kafkatunnel.protocol import Chunk
+if TYPE_CHECKING:  # a type only: the exec forwarder's flags are checked without the protocol
+    from kafkatunnel.protocol import Chunk
 
 READ_SIZE = 256 << 10  # the most one read takes
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16

@@ -33,8 +33,9 @@ from kafkatunnel.hostnames import (
     check_host,
     derived_zone,
     is_ip_literal,
+    split_address,
 )
-from kafkatunnel.probe import ProbeConnection, split_address, wanted_login
+from kafkatunnel.probe import ProbeConnection, wanted_login
 from kafkatunnel.protocol import (
     COORDINATOR_ERRORS,
     DEFAULT_MAX_FRAME_SIZE,
@@ -57,18 +58,16 @@ from kafkatunnel.tunnel.control import ControlServer
 from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
 from kafkatunnel.tunnel.failure_log import REPEAT_WINDOW, FailureLog
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
+from kafkatunnel.tunnel.limits import DEFAULT_MAX_BROKERS, DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.login import Credentials, LoginForwarder
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
-from kafkatunnel.tunnel.registry import DEFAULT_MAX_BROKERS, BrokerRegistry, Endpoint, Tally
+from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint, Tally
 from kafkatunnel.tunnel.tls import ClientTls, TlsForwarder
 
 log = logging.getLogger("kafkatunnel.tunnel")
 PORT_ATTEMPTS = 100  # ports tried for a broker whose own is taken
-# Each client connection holds two descriptors, up to a frame's worth of memory and, with
-# --via exec, a process: past this many at once, new ones are closed at accept.
-DEFAULT_MAX_CONNECTIONS = 1024
 # (client id, API) pairs whose refusal was logged; past this many, refusals are only counted.
 REFUSALS_SAID = 10_000
 

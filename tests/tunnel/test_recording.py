@@ -13,6 +13,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.sessions import (
     capture_single_forward,
@@ -20,7 +21,6 @@ from kafkatunnel.localcluster.sessions import (
     spread_workload,
 )
 from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.probe import split_address
 from kafkatunnel.verify.calls import FileDecoder
 from kafkatunnel.verify.job import verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK

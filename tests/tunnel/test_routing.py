@@ -7,10 +7,11 @@ import uuid
 
 import pytest
 
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.single_forward import SingleForward
 from kafkatunnel.localcluster.workload import consume_groups, produce
-from kafkatunnel.probe import find_coordinator, split_address
+from kafkatunnel.probe import find_coordinator
 from tests.tunnel.conftest import MakeTunnel
 
 INSIDE, THROUGH = 40, 60

@@ -23,6 +23,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.localcluster.harness import start_tansu
 from kafkatunnel.localcluster.processes import ManagedProcess
@@ -32,7 +33,6 @@ from kafkatunnel.localcluster.workload import (
     produce,
     produce_transaction,
 )
-from kafkatunnel.probe import split_address
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.reachability import Unreachable
