@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
 from pathlib import Path
 
 LOWEST = 10_000  # below: ports many services take by convention
@@ -29,13 +30,19 @@ def _below_ephemeral() -> range:
 
 class _Picker:
     """Goes round `ports`, from a random place (two processes without their own ranges
-    seldom start alike), giving runs of ports free when asked."""
+    seldom start alike), giving runs of ports free when asked (one thread at a time: two
+    threads of a test must not be given one run)."""
 
     def __init__(self, ports: range) -> None:
         self.ports = ports
         self.next = random.randrange(ports.start, ports.stop)
+        self.turn = threading.Lock()
 
     def run(self, count: int, host: str) -> int:
+        with self.turn:
+            return self._run(count, host)
+
+    def _run(self, count: int, host: str) -> int:
         for _ in range(len(self.ports)):
             base = self.next
             if base + count > self.ports.stop:
