@@ -78,7 +78,10 @@ def test_commands_that_need_no_tunnel_load_nothing_heavy(
 ) -> None:
     """Each says what it always said (a tunnel state directory of its own: none runs)."""
     out = tmp_path / "modules.json"
-    env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")}
+    env = {
+        name: value for name, value in os.environ.items() if not name.startswith("KAFKATUNNEL_")
+    }  # no settings of the user's
+    env["KAFKATUNNEL_STATE_DIR"] = str(tmp_path / "state")
     done = subprocess.run(
         [sys.executable, "-c", RUN, json.dumps(args), str(out)],
         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
@@ -90,14 +93,22 @@ def test_commands_that_need_no_tunnel_load_nothing_heavy(
 
 
 def test_the_tunnel_package_names_load_on_first_use() -> None:
-    """kafkatunnel.tunnel's names, loaded from their modules when first asked for."""
+    """kafkatunnel.tunnel's names, loaded from their modules when first asked for: not
+    with the package (in a fresh interpreter), and each the one its module defines."""
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import sys, kafkatunnel.tunnel as t; "
+         "print('kafkatunnel.tunnel.tunnel' in sys.modules, 'Tunnel' in dir(t))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert fresh.stdout.split() == ["False", "True"], fresh.stdout + fresh.stderr
     names = kafkatunnel.tunnel.__all__
     assert sorted(kafkatunnel.tunnel.HOMES) == sorted(names)
     for name in names:
         value = getattr(kafkatunnel.tunnel, name)
         assert getattr(value, "__name__", None) == name, name
+    unknown = "NoSuchName"  # (to mypy, a misspelt name is an error already)
     with pytest.raises(AttributeError):
-        kafkatunnel.tunnel.NoSuchName  # noqa: B018
+        getattr(kafkatunnel.tunnel, unknown)
 
 
 def test_the_coordinator_default_is_the_protocols() -> None:

@@ -51,9 +51,15 @@ HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name not in HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{HOMES[name]}"), name)
-    globals()[name] = value  # looked up once
-    return value
+if not TYPE_CHECKING:  # to the type checker, the imports above: a misspelt name is an error
+
+    def __getattr__(name: str) -> object:
+        if name not in HOMES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{HOMES[name]}"), name)
+        globals()[name] = value  # looked up once
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *HOMES})
