@@ -98,11 +98,6 @@ def run_up(console: Console, options: UpOptions, checked: Checked) -> None:
         tls, user_login = from_cluster(console, forwarder, tls, tls_flags.kafka_user,
                                        tls_flags.show_password)  # fmt: skip
         login = login or user_login
-    if login is not None and options.sasl.mechanism is not None:
-        tokens = "" if login.tokens is None else f" (tokens from {login.tokens.endpoint.url})"
-        console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
-                      f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
-                      "their own", highlight=False)  # fmt: skip
     context = None if tls is None else tls_context(tls)  # once, before any pod is looked up
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
@@ -157,7 +152,12 @@ def run_up(console: Console, options: UpOptions, checked: Checked) -> None:
             config = dataclasses.replace(config, client_tls=client)
     except SettingError as cause:
         raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
-    if login is not None and login.tokens is not None:  # once every setting is known good
+    if login is not None and options.sasl.mechanism is not None:  # every setting known good
+        tokens = "" if login.tokens is None else f" (tokens from {login.tokens.endpoint.url})"
+        console.print(f"SASL: the tunnel logs in as {escape(login.username)} with "
+                      f"{login.mechanism}{escape(tokens)}; clients need no credentials of "
+                      "their own", highlight=False)  # fmt: skip
+    if login is not None and login.tokens is not None:
         _first_token(login.tokens, limits.start_timeout)
     run = loop_runner(options.running.loop)
     try:
