@@ -27,7 +27,12 @@ holds callers to these names).
 
 from kafkatunnel.protocol import wire
 from kafkatunnel.protocol.answers import RewrittenAnswers
-from kafkatunnel.protocol.api_versions import cap_api_versions, misdirected_to, readable_caps
+from kafkatunnel.protocol.api_versions import (
+    cap_api_versions,
+    misdirected_to,
+    narrowest,
+    readable_caps,
+)
 from kafkatunnel.protocol.coordinator import (
     COORDINATOR_ERRORS,
     DEFAULT_PARTITIONS,
@@ -146,6 +151,7 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "InFlight",
     "RequestHeader",
     "cap_api_versions",
+    "narrowest",
     "readable_caps",
     "misdirected_to",
     "expects_response",

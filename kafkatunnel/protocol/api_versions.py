@@ -18,6 +18,7 @@ from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 from kafkatunnel.protocol.schema import known_versions
 
 _ENTRY = struct.Struct(">hhh")
+UNKNOWN_APIS = -1  # the key of caps for every API kio does not know (an API key is 0 or more)
 
 
 def readable_caps() -> dict[int, range]:
@@ -32,14 +33,31 @@ def readable_caps() -> dict[int, range]:
     return {key: known_versions(key) for key in api_key_map}
 
 
+def narrowest(*caps: dict[int, range]) -> dict[int, range]:
+    """Caps that hold to each of `caps`: for an API several cap, the versions all allow."""
+    out: dict[int, range] = {}
+    for each in caps:
+        for key, allowed in each.items():
+            was = out.get(key)
+            out[key] = (
+                allowed
+                if was is None
+                else range(max(was.start, allowed.start), min(was.stop, allowed.stop))
+            )
+    return out
+
+
 def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range]) -> bytes:
     """`frame_bytes` (an ApiVersions response) with each API in `caps` clamped to its range,
     and without top-level tagged fields that only restate their defaults (DEFAULT_TAGS).
 
     An API whose advertised range does not overlap its cap is removed: the client then
     treats it as unsupported rather than using a version that would break the tunnel.
+    caps[UNKNOWN_APIS], when there, is the cap of every API kio does not know (range(0):
+    left out).
     Returns the same object when nothing needed changing.
     """
+    unknown = caps.get(UNKNOWN_APIS)
     buf = frame_bytes
     pos = SIZE_PREFIX + 4  # ApiVersions always answers with response header v0
     error_code, pos = wire.read_int16(buf, pos)
@@ -64,7 +82,7 @@ def cap_api_versions(frame_bytes: bytes, api_version: int, caps: dict[int, range
         tail_start = pos
         if compact:
             pos = wire.skip_tagged_fields(buf, pos)
-        allowed = caps.get(api_key)
+        allowed = caps.get(api_key, unknown if api_key not in api_key_map else None)
         if allowed is None or (allowed.start <= low and high < allowed.stop):
             kept.append(buf[entry_start:pos])
             continue

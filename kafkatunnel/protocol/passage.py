@@ -38,7 +38,7 @@ from kafkatunnel.protocol.headers import (
     response_header_version,
     top_level_error,
 )
-from kafkatunnel.protocol.policy import Policy
+from kafkatunnel.protocol.policy import GroupMembers, Policy
 from kafkatunnel.protocol.refusal import refused_answer
 from kafkatunnel.protocol.rewrite import (
     BrokerAddress,
@@ -657,7 +657,7 @@ class _Requests(_Splitter):
         self._request = (header, wanted)
         policy = exchange.policy
         if policy is not None and policy.held(header.api_key):
-            if policy.refuses(header, whole):
+            if policy.refuses(header, whole, exchange.members):
                 self._refused.append(header)
                 instead = exchange.refuse(header, wanted, whole)
                 self._shown = whole
@@ -775,6 +775,7 @@ class Exchange:
         self.mapper = mapper
         self.answers = answers
         self.policy = policy
+        self.members = GroupMembers()  # the client's own, in its groups (see policy)
         # The answers to refused requests, by correlation id, each waiting for the broker's
         # answer to what went in the request's place (see refuse).
         self.refusals: dict[int, bytes] = {}

@@ -1,18 +1,19 @@
 """Which requests the tunnel refuses: `up --read-only`, `--deny-api`, `--allow-api`.
 
 A shared cluster is looked at through a laptop far more often than it should be changed
-from one. Read-only refuses every API that changes data, topics, configs, groups' offsets,
-ACLs, quotas, users, features, transactions or the cluster's own membership; what reads
-(and what a consumer group's members do to stay members and commit their own offsets)
-passes. Two APIs are refused only for some requests, read from the request itself:
+from one. Read-only is an allow-list: the APIs that only read pass, and so does what a
+group's members do to stay members and commit their own offsets; every other API,
+including those Kafka adds after this was written and those kio does not know, is refused
+with its authorization error. Each API let through was checked against Kafka's own broker
+(KafkaApis and the group coordinator of Kafka 4.4) for what it changes besides answering.
 
-- OffsetCommit from outside the group: no member id and generation -1, what
-  AdminClient.alterConsumerGroupOffsets and `kafka-consumer-groups --reset-offsets
-  --execute` send (a consumer that assigns itself partitions and commits without joining
-  its group sends the same, and is refused too). A member's commit carries its member id
-  and generation (or member epoch, KIP-848).
-- InitProducerId with a transactional id (a transactional producer); without one it only
-  gives an idempotent producer its id, and that producer's Produce is refused anyway.
+Some APIs are decided on the request itself, as the broker decides (rules below, in
+`_decides`): a commit from outside its group, a transactional producer's InitProducerId, a
+member leaving a group as someone else, a Streams member handing the broker a topology (a
+Kafka 4.1+ broker creates the missing internal topics a topology names, under the caller's
+principal: AutoTopicCreationManager.createStreamsInternalTopics) or asking the whole
+application to shut down. To know who a connection's client is in a group, the member ids
+its own JoinGroup, SyncGroup and heartbeats name are kept per connection (`GroupMembers`).
 
 One API is changed instead: a Metadata request that lets the broker create the topics it
 names (allow_auto_topic_creation, v4 on: producers and consumers send it, and brokers
@@ -36,44 +37,51 @@ from kio.index import load_request_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
+from kafkatunnel.protocol.api_versions import UNKNOWN_APIS
 from kafkatunnel.protocol.framing import SIZE_PREFIX, frame
 from kafkatunnel.protocol.headers import RequestHeader
 from kafkatunnel.protocol.own_login import LOGIN_APIS, told
-from kafkatunnel.protocol.schema import api_title
+from kafkatunnel.protocol.schema import api_title, known_versions
 
 API_VERSIONS = 18
-OFFSET_COMMIT, INIT_PRODUCER_ID, METADATA = 8, 22, 3
+METADATA = 3
 # Never refused by the user's flags: every client opens with ApiVersions (and a refusal is
 # answered in its place, see passage), and a login must go on for anything else to (the
 # client's own login is refused only when the tunnel logs in for it: Policy.login).
 UNREFUSABLE = frozenset({API_VERSIONS, *LOGIN_APIS})
 
-# What --read-only refuses, whatever the request says: by API name, so the list reads as
-# the documentation does.
-READ_ONLY_APIS = (
-    # data
-    "Produce", "DeleteRecords",
-    # topics and partitions
-    "CreateTopics", "DeleteTopics", "CreatePartitions", "AlterPartitionReassignments",
-    "ElectLeaders", "AlterReplicaLogDirs",
-    # configs
-    "AlterConfigs", "IncrementalAlterConfigs",
-    # groups
-    "DeleteGroups", "OffsetDelete", "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
-    # transactions
-    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "WriteTxnMarkers",
-    # security: ACLs, quotas, users, tokens
-    "CreateAcls", "DeleteAcls", "AlterClientQuotas", "AlterUserScramCredentials",
-    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
-    # the cluster itself: features, membership, the controllers' and brokers' own APIs
-    "UpdateFeatures", "UnregisterBroker", "AddRaftVoter", "RemoveRaftVoter",
-    "UpdateRaftVoter", "Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "AlterPartition",
-    "Envelope", "BrokerRegistration", "BrokerHeartbeat", "AllocateProducerIds",
-    "ControllerRegistration", "AssignReplicasToDirs", "InitializeShareGroupState",
-    "WriteShareGroupState", "DeleteShareGroupState",
+# What --read-only lets through whatever the request says: what only reads, by API name,
+# so the list reads as the documentation does. Each was read in Kafka 4.4's KafkaApis and
+# coordinators for what it changes besides its answer.
+READ_ONLY_PASSES = (
+    # data: a consumer's fetch (a follower's names a replica: only brokers send those) and
+    # offsets
+    "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "OffsetFetch",
+    # the cluster, topics, configs, ACLs, quotas, users, tokens, logs, quorum: described
+    "Metadata", "DescribeCluster", "DescribeTopicPartitions", "DescribeConfigs",
+    "ListConfigResources", "DescribeAcls", "DescribeClientQuotas",
+    "DescribeUserScramCredentials", "DescribeDelegationToken", "DescribeLogDirs",
+    "ListPartitionReassignments", "DescribeQuorum", "DescribeProducers",
+    # groups and transactions, described and listed
+    "ListGroups", "DescribeGroups", "ConsumerGroupDescribe", "ShareGroupDescribe",
+    "StreamsGroupDescribe", "DescribeShareGroupOffsets", "DescribeTransactions",
+    "ListTransactions",
+    # a coordinator named (the first look-up of a kind creates its internal topic,
+    # __consumer_offsets, __transaction_state or __share_group_state, as for any client)
+    "FindCoordinator",
+    # a group's members: joining, staying, and (share groups) taking and acknowledging
+    # their records, their own consumption; a member's id is noted (GroupMembers)
+    "JoinGroup", "SyncGroup", "Heartbeat", "ShareFetch", "ShareAcknowledge",
+    # the client's own metrics, to the broker's metrics plugin (KIP-714)
+    "GetTelemetrySubscriptions", "PushTelemetry",
 )  # fmt: skip
-# Refused by --read-only only when the request changes what read-only keeps (see above).
-READ_ONLY_SOME = ("OffsetCommit", "InitProducerId")
+# Decided by --read-only on what the request says (see _decides).
+READ_ONLY_SOME = (
+    "OffsetCommit", "InitProducerId", "LeaveGroup", "ConsumerGroupHeartbeat",
+    "ShareGroupHeartbeat", "StreamsGroupHeartbeat",
+)  # fmt: skip
+# Let through by --read-only, and read to note the member a connection's client is.
+MEMBERSHIP = ("JoinGroup", "SyncGroup", "Heartbeat")
 
 
 class PolicyError(ValueError):
@@ -104,15 +112,56 @@ def api_key_of(name: str) -> int:
     return key
 
 
-READ_ONLY = frozenset(api_key_of(name) for name in READ_ONLY_APIS)
+PASSES = frozenset(api_key_of(name) for name in READ_ONLY_PASSES)
 SOME = frozenset(api_key_of(name) for name in READ_ONLY_SOME)
+# What --read-only refuses whatever the request says: every other API kio knows (and any it
+# does not know, see Policy.refuses).
+READ_ONLY = frozenset(api_key_map) - PASSES - SOME - UNREFUSABLE
+OFFSET_COMMIT, INIT_PRODUCER_ID, LEAVE_GROUP = (api_key_of(n) for n in (
+    "OffsetCommit", "InitProducerId", "LeaveGroup"))  # fmt: skip
+STREAMS_GROUP_HEARTBEAT = api_key_of("StreamsGroupHeartbeat")
+# Heartbeats of KIP-848's protocols: a member epoch below 0 leaves the group (-1, or -2 for a
+# static member that will come back)
+EPOCH_HEARTBEATS = frozenset(
+    api_key_of(n) for n in ("ConsumerGroupHeartbeat", "ShareGroupHeartbeat",
+                            "StreamsGroupHeartbeat"))  # fmt: skip
+# The requests that name the member their client is (read by read-only, see GroupMembers)
+NOTED = frozenset(api_key_of(name) for name in MEMBERSHIP) | EPOCH_HEARTBEATS
+
+
+class GroupMembers:
+    """The members a connection's client has been, as (group id, member id): what its own
+    JoinGroup, SyncGroup and heartbeats named. A member leaves a group only as one of these:
+    a LeaveGroup or a leaving heartbeat that names another member is an admin's (Admin's
+    removeMembersFromConsumerGroup, `kafka-streams-application-reset --force`), and would
+    take a deployed application's members out of their group. A client's coordinator
+    traffic (join, sync, heartbeats, leave) goes over one connection to its coordinator.
+    Bounded: a client is a member of a handful of groups, and a rejoin gets a new id."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], None] = {}  # in the order noted, oldest first
+
+    def note(self, group: object, member: object) -> None:
+        if not isinstance(group, str) or not isinstance(member, str) or not member:
+            return
+        seen = self._seen
+        seen.pop((group, member), None)
+        seen[(group, member)] = None
+        if len(seen) > self.LIMIT:
+            del seen[next(iter(seen))]
+
+    def has(self, group: object, member: object) -> bool:
+        return (group, member) in self._seen
 
 
 @dataclass(frozen=True)
 class Policy:
     """APIs refused outright, APIs refused when the request changes things (SOME), and
-    whether an API this layer does not know is refused (read-only: it could change
-    anything)."""
+    whether read-only's other rules apply: an API this layer does not know is refused (it
+    could change anything), Metadata is amended, and the members a connection's client
+    is are noted."""
 
     refused: frozenset[int]
     some: frozenset[int] = frozenset()
@@ -166,15 +215,30 @@ class Policy:
             return policy
         return dataclasses.replace(policy or cls(frozenset()), login=login)
 
+    @functools.cached_property
+    def _held(self) -> frozenset[int]:
+        held = self.refused | self.some
+        if self.read_only:
+            held |= NOTED | {METADATA}
+        if self.login is not None:
+            held |= LOGIN_APIS
+        return held
+
     def held(self, api_key: int) -> bool:
-        """Whether a request of this API must be held whole to decide (refused, or maybe, or
-        a Metadata request of read-only's, which may let the broker create topics)."""
-        return (
-            api_key in self.refused
-            or api_key in self.some
-            or (self.read_only and (api_key == METADATA or api_key not in api_key_map))
-            or self._own_login(api_key)
-        )
+        """Whether a request of this API must be held whole to decide (refused, or maybe, a
+        Metadata request of read-only's, which may let the broker create topics, or one
+        that names the client's member id)."""
+        return api_key in self._held or (self.read_only and api_key not in api_key_map)
+
+    def caps(self) -> dict[int, range]:
+        """The versions a client may use of each API held: those this layer can read, and
+        so refuse with an answer (a version past kio's would end the connection instead,
+        and its client reconnect for ever). With read-only, an API kio does not know is
+        left out of ApiVersions altogether (UNKNOWN_APIS)."""
+        caps = {key: known_versions(key) for key in self._held if key in api_key_map}
+        if self.read_only:
+            caps[UNKNOWN_APIS] = range(0)
+        return caps
 
     def reason_for(self, api_key: int) -> str:
         """Why a request of this API is refused, in words for messages."""
@@ -204,24 +268,29 @@ class Policy:
         )
         return frame(out.getvalue())
 
-    def refuses(self, header: RequestHeader, frame: bytes) -> bool:
-        """Whether this request (a whole frame, size prefix included) is refused."""
+    def refuses(
+        self, header: RequestHeader, frame: bytes, members: GroupMembers | None = None
+    ) -> bool:
+        """Whether this request (a whole frame, size prefix included) is refused. members:
+        those the connection's client has been (noted here, from its own requests); a
+        request that leaves a group as a member not among them is refused."""
         key = header.api_key
         if key in self.refused or (self.read_only and key not in api_key_map):
             return True
         if self._own_login(key):  # the tunnel logs in: never the client (see own_login)
             return True
-        if key not in self.some:
+        noted = self.read_only and key in NOTED
+        if key not in self.some and not noted:
             return False
         try:
             request = read_request(header, frame)
         except Exception:  # kio's own errors: a request nobody can read is not let through
-            return True
-        if key == OFFSET_COMMIT:
-            return _from_outside_the_group(request)
-        if key == INIT_PRODUCER_ID:
-            return request.transactional_id is not None
-        return True
+            return key in self.some
+        members = GroupMembers() if members is None else members
+        refused = key in self.some and _decides(key, request, members)
+        if noted and not refused:
+            _note(key, request, members)
+        return refused
 
     def names(self) -> list[str]:
         """The APIs refused outright, and those refused for some requests, by name."""
@@ -239,9 +308,37 @@ def read_request(header: RequestHeader, frame: bytes) -> Any:
     return value
 
 
-def _from_outside_the_group(commit: Any) -> bool:
-    """An OffsetCommit that names no member of the group: an admin tool's (or a consumer's
-    that never joined)."""
-    member = getattr(commit, "member_id", "")
-    generation = int(getattr(commit, "generation_id_or_member_epoch", -1))
-    return not member and generation < 0
+def _decides(key: int, request: Any, members: GroupMembers) -> bool:
+    """Whether read-only refuses this request of a SOME API, on what it says and on the
+    members its connection's client has been."""
+    if key == OFFSET_COMMIT:
+        # Kafka takes a commit with generation (or member epoch) below 0 on an empty group
+        # whatever member it names (ClassicGroup.validateOffsetCommit, ConsumerGroup's the
+        # same): Admin's alterConsumerGroupOffsets, `kafka-consumer-groups --reset-offsets
+        # --execute`, or a consumer that assign()s itself partitions. A member's own commit
+        # always carries its generation or epoch, 1 or more.
+        return int(getattr(request, "generation_id_or_member_epoch", -1)) < 0
+    if key == INIT_PRODUCER_ID:  # without a transactional id: an idempotent producer's id
+        return request.transactional_id is not None
+    group = request.group_id
+    if key == LEAVE_GROUP:  # v3+ a batch, by member id or (static members) instance id
+        leaving = [m.member_id for m in getattr(request, "members", ())] or [
+            getattr(request, "member_id", "")
+        ]
+        return not all(members.has(group, member) for member in leaving)
+    if request.member_epoch < 0 and not members.has(group, request.member_id):
+        return True  # a heartbeat that leaves the group as another member
+    if key == STREAMS_GROUP_HEARTBEAT:
+        # A topology makes a Kafka 4.1+ broker create the internal topics it names that are
+        # missing (changelogs, repartition topics); shutdown_application stops every
+        # member of the application, the deployed ones too.
+        return request.topology is not None or bool(request.shutdown_application)
+    return False
+
+
+def _note(key: int, request: Any, members: GroupMembers) -> None:
+    """The member a request shows its client is: a JoinGroup's (a rejoin names its id), a
+    SyncGroup's or heartbeat's, a KIP-848 heartbeat's while it stays (epoch 0 or more)."""
+    if key in EPOCH_HEARTBEATS and request.member_epoch < 0:
+        return
+    members.note(request.group_id, request.member_id)

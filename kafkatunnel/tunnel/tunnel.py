@@ -49,6 +49,7 @@ from kafkatunnel.protocol import (
     RequestHeader,
     RewrittenAnswers,
     api_title,
+    narrowest,
     readable_caps,
     rewrite_caps,
 )
@@ -278,10 +279,12 @@ class Tunnel:
         # Clients may use only versions the tunnel can rewrite; while it records, only
         # versions it can read, or the recording would leave their requests out.
         readable = readable_caps() if config.record_dir is not None else {}
-        self.caps = {**readable, **rewrite_caps()}
         # What each connection refuses: the user's policy and, when the tunnel logs in,
         # the client's own login (answered by the tunnel: it never reaches the broker)
         self.policy = Policy.guarding(config.policy, self._login_named)
+        # ... and only versions it can refuse with an answer, of the APIs a policy holds
+        held = {} if self.policy is None else self.policy.caps()
+        self.caps = narrowest(readable, rewrite_caps(), held)
         # Answers rewritten before, per audience (None: the tunnel's own addresses)
         self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()

@@ -29,10 +29,12 @@ from kafkatunnel.protocol import (
     refusal,
     rewrite_response,
 )
+from kafkatunnel.protocol.policy import EPOCH_HEARTBEATS, NOTED
 from kafkatunnel.protocol.rewrite import rewrite_caps
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 from tests.protocol.requests_built import built
 from tests.protocol.test_passage import NO_TIME, drive, tunnel_mapper
+from tests.protocol.test_policy import DECIDED, READS
 
 pytestmark = pytest.mark.quick
 
@@ -200,6 +202,11 @@ def test_read_only_takes_from_metadata_requests_the_permission_to_create_topics(
 ALL = [(k, v) for k, n in api_key_map.items() for v in sorted(schema_name_map[n])]
 
 
+def given_topology(version: int) -> object:
+    """A StreamsGroupHeartbeat's topology, as built (filled)."""
+    return built(88, version).topology
+
+
 @st.composite
 def _requests(draw: st.DrawFn) -> list[tuple[bytes, int, bool]]:
     """(frame, API key, whether it changes what read-only keeps although its API may pass)"""
@@ -216,6 +223,18 @@ def _requests(draw: st.DrawFn) -> list[tuple[bytes, int, bool]]:
         if key == 22:
             given["transactional_id"] = draw(st.sampled_from([None, "tx"]))
             changes = given["transactional_id"] is not None
+        if key in NOTED:  # a member no other request names: it may stay, not leave
+            given["member_id"] = f"m-{correlation_id}"
+        if key == 13:
+            changes = True  # a member that was never this connection's leaves (see policy)
+        if key in EPOCH_HEARTBEATS:
+            epoch = draw(st.sampled_from([0, 3, -1, -2]))
+            given["member_epoch"], changes = epoch, epoch < 0
+        if key == 88:
+            leaves, topology = changes, draw(st.booleans())
+            given.update(topology=given_topology(version) if topology else None,
+                         shutdown_application=draw(st.booleans()))  # fmt: skip
+            changes = leaves or topology or bool(given["shutdown_application"])
         frames.append((request_frame(built(key, version, **given), correlation_id), key, changes))
     return frames
 
@@ -223,20 +242,9 @@ def _requests(draw: st.DrawFn) -> list[tuple[bytes, int, bool]]:
 NAMES = sorted("".join(p.capitalize() for p in n.split("_")) for n in api_key_map.values())
 DENIABLE = [n for n in NAMES if n not in ("ApiVersions", "SaslHandshake", "SaslAuthenticate")]
 KEYS = {"".join(p.capitalize() for p in n.split("_")): k for k, n in api_key_map.items()}
-# What read-only refuses outright, as the issue and docs/security.md list it.
-CHANGING = {KEYS[name] for name in (
-    "Produce", "DeleteRecords", "CreateTopics", "DeleteTopics", "CreatePartitions",
-    "AlterPartitionReassignments", "ElectLeaders", "AlterReplicaLogDirs", "AlterConfigs",
-    "IncrementalAlterConfigs", "DeleteGroups", "OffsetDelete", "AlterShareGroupOffsets",
-    "DeleteShareGroupOffsets", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
-    "TxnOffsetCommit", "WriteTxnMarkers", "CreateAcls", "DeleteAcls", "AlterClientQuotas",
-    "AlterUserScramCredentials", "CreateDelegationToken", "RenewDelegationToken",
-    "ExpireDelegationToken", "UpdateFeatures", "UnregisterBroker", "AddRaftVoter",
-    "RemoveRaftVoter", "UpdateRaftVoter", "Vote", "BeginQuorumEpoch", "EndQuorumEpoch",
-    "AlterPartition", "Envelope", "BrokerRegistration", "BrokerHeartbeat",
-    "AllocateProducerIds", "ControllerRegistration", "AssignReplicasToDirs",
-    "InitializeShareGroupState", "WriteShareGroupState", "DeleteShareGroupState",
-)}  # fmt: skip
+# What read-only refuses outright: every API but what only reads and what is decided on
+# the request (tests.protocol.test_policy lists both).
+CHANGING = {k for n, k in KEYS.items() if n not in READS and n not in DECIDED}
 
 
 @settings(max_examples=200, deadline=None)

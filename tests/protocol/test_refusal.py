@@ -37,6 +37,8 @@ EXPECTED = {
     "Produce": TOPIC, "DeleteRecords": TOPIC, "CreateTopics": TOPIC, "DeleteTopics": TOPIC,
     "CreatePartitions": TOPIC, "DeleteGroups": GROUP, "OffsetDelete": GROUP,
     "OffsetCommit": GROUP, "AlterShareGroupOffsets": GROUP, "DeleteShareGroupOffsets": GROUP,
+    "LeaveGroup": GROUP, "ConsumerGroupHeartbeat": GROUP, "ShareGroupHeartbeat": GROUP,
+    "StreamsGroupHeartbeat": GROUP,
     "InitProducerId": TRANSACTION, "AddPartitionsToTxn": TRANSACTION,
     "AddOffsetsToTxn": TRANSACTION, "EndTxn": TRANSACTION, "TxnOffsetCommit": TRANSACTION,
     "CreateDelegationToken": TOKEN, "RenewDelegationToken": TOKEN,
