@@ -130,6 +130,12 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("sasl-password-env unset", [*UP, "--sasl-mechanism", "PLAIN", "--sasl-username", "a",
                                  "--sasl-password-env", "KT_NO_SUCH_VARIABLE"],
      "--sasl-password-env", "the environment variable KT_NO_SUCH_VARIABLE is not set"),
+    ("sasl-token-endpoint http elsewhere", [*UP, "--sasl-mechanism", "OAUTHBEARER",
+                                            "--sasl-token-endpoint", "http://idp.example/t",
+                                            "--sasl-client-id", "c",
+                                            "--sasl-client-secret-env", "HOME"],
+     "--sasl-token-endpoint", "would send the client secret unencrypted to idp.example: give "
+     "the endpoint's https:// URL, or --sasl-token-endpoint-insecure"),
     ("sasl with kafka-user", [*KUBECTL, *SASL, "--kafka-user", "alice"], "--sasl-mechanism",
      "--kafka-user and --sasl-mechanism both say who logs in: give one"),
     ("sasl in transparent mode", [*UP, "--mode", "transparent", "--dns", *SASL],

@@ -317,6 +317,13 @@ def up(
         help="OAUTHBEARER: the CA (PEM) of an https token endpoint (default: the system's).",
         rich_help_panel=LOGIN,
     ),
+    sasl_token_endpoint_insecure: bool = typer.Option(
+        False,
+        "--sasl-token-endpoint-insecure",
+        help="OAUTHBEARER: send the client secret to an http:// token endpoint on another "
+        "machine, unencrypted (a network you trust only).",
+        rich_help_panel=LOGIN,
+    ),
     service: list[str] = typer.Option(
         [],
         "--service",
@@ -406,7 +413,8 @@ def up(
                      tls_insecure, client_tls, kafka_user, show_password),
         sasl=SaslFlags(sasl_mechanism, sasl_username, sasl_password_file, sasl_password_env,
                        sasl_token_endpoint, sasl_client_id, sasl_client_secret_file,
-                       sasl_client_secret_env, sasl_scope, sasl_token_endpoint_ca),
+                       sasl_client_secret_env, sasl_scope, sasl_token_endpoint_ca,
+                       sasl_token_endpoint_insecure),
         record=RecordFlags(None if record is None else Path(record), record_rotate,
                            record_payloads),
         limits=Limits(connect_timeout, start_timeout, max_connections, max_brokers),

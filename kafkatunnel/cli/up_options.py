@@ -12,6 +12,7 @@ so that a mistyped flag is said as quickly as --help is shown."""
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import urllib.parse
 from collections.abc import Callable
@@ -134,6 +135,7 @@ class SaslFlags:
     client_secret_env: str | None = None
     scope: str | None = None
     token_endpoint_ca: Path | None = None
+    token_endpoint_insecure: bool = False  # consent to an http:// endpoint elsewhere
 
     def given(self) -> list[str]:
         return [flag for flag, value in (
@@ -147,7 +149,35 @@ class SaslFlags:
             ("--sasl-token-endpoint", self.token_endpoint), ("--sasl-client-id", self.client_id),
             ("--sasl-client-secret-file", self.client_secret_file),
             ("--sasl-client-secret-env", self.client_secret_env), ("--sasl-scope", self.scope),
-            ("--sasl-token-endpoint-ca", self.token_endpoint_ca)) if value is not None]  # fmt: skip
+            ("--sasl-token-endpoint-ca", self.token_endpoint_ca),
+            ("--sasl-token-endpoint-insecure", self.token_endpoint_insecure or None),
+        ) if value is not None]  # fmt: skip
+
+    def warnings(self) -> list[str]:
+        """What the user must hear on every start."""
+        if self.token_endpoint is None or not in_the_clear(self.token_endpoint):
+            return []
+        host = urllib.parse.urlsplit(self.token_endpoint).hostname
+        return [f"--sasl-token-endpoint-insecure: the client secret of {self.client_id} and its "
+                f"tokens travel unencrypted to {host}: anyone on the path can read them and "
+                "log in as the client; give the endpoint's https:// URL instead"]  # fmt: skip
+
+
+def in_the_clear(url: str) -> bool:
+    """An http:// URL whose host is not this machine (127.0.0.0/8, ::1, localhost): what is
+    sent there (the grant's client secret, the token back) crosses a network unencrypted.
+    The host as written, not resolved: a name is only as loopback as its resolver says."""
+    split = urllib.parse.urlsplit(url)
+    host = (split.hostname or "").lower()
+    if split.scheme != "http" or host == "localhost":
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True  # a name
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_loopback
 
 
 @dataclass(frozen=True)
@@ -354,6 +384,16 @@ def _check_oauth(sasl: SaslFlags) -> None:
     if sasl.token_endpoint_ca is not None and url.scheme != "https":
         raise typer.BadParameter("goes with an https token endpoint",
                                  param_hint="--sasl-token-endpoint-ca")  # fmt: skip
+    if sasl.token_endpoint_insecure and url.scheme != "http":
+        raise typer.BadParameter("goes with an http:// token endpoint",
+                                 param_hint="--sasl-token-endpoint-insecure")  # fmt: skip
+    if in_the_clear(sasl.token_endpoint) and not sasl.token_endpoint_insecure:
+        raise typer.BadParameter(
+            f"{sasl.token_endpoint!r} would send the client secret unencrypted to "
+            f"{url.hostname}: give the endpoint's https:// URL, or "
+            "--sasl-token-endpoint-insecure to send it so all the same",
+            param_hint="--sasl-token-endpoint",
+        )
     if not sasl.client_id:
         raise typer.BadParameter("OAUTHBEARER needs --sasl-client-id ID",
                                  param_hint="--sasl-mechanism")  # fmt: skip

@@ -102,6 +102,8 @@ def run_up(console: Console, options: UpOptions, checked: Checked) -> None:
     bootstrap = reach.bootstrap or default_bootstrap(forwarder, options.kube, tls is not None)
     for warning_text in tls.warnings() if tls else []:
         console.print(f"[yellow]warning: {warning_text}[/]")
+    for warning_text in options.sasl.warnings():  # a URL may hold brackets: [::1]
+        console.print(f"[yellow]warning: {escape(warning_text)}[/]", highlight=False)
     serving = options.serving
     companions = companions_of(forwarder, checked.services, serving.companions, checked.listen[0])
     containers = container_plan(console, serving)

@@ -5,17 +5,19 @@ client's default refresh window, sasl.login.refresh.window.factor), before it ex
 
 The request and the reading of the answer are pure functions (`token_request`,
 `read_token_answer`); `TokenSource` is the thin I/O on top: urllib in a thread, no
-redirect followed, the answer read up to a bound and waited for at most a bound: at start
-the user's start timeout, then REQUEST_TIMEOUT per request (an endpoint that takes the
-connection and never answers holds no login longer). The endpoint's answer is input like
-any other: its size is bounded, its fields checked, and what it says when it refuses (RFC
-6749 5.2's `error` and `error_description`) is shown as printable text, cut short, with
-the client secret blanked should it echo it.
+redirect followed, no proxy from the environment (the grant carries the client secret),
+the answer read up to a bound and waited for at most a bound: at start the user's start
+timeout, then REQUEST_TIMEOUT per request (an endpoint that takes the connection and never
+answers holds no login longer). The endpoint's answer is input like any other: its size is
+bounded, its fields checked, every answer is a token or a TokenError saying why, and what
+it says when it refuses (RFC 6749 5.2's `error` and `error_description`) is shown as
+printable text, cut short, with the client secret blanked should it echo it.
 
-Once the tunnel runs, a refresh that fails (or is not answered within REQUEST_TIMEOUT) is
-asked again every RETRY_PAUSE seconds, and the token held is used until it ends; after
-that, logins fail with what the endpoint said last (asked again at most every RETRY_PAUSE
-seconds, however many connections open).
+Once the tunnel runs, a refresh that fails (or is not answered within REQUEST_TIMEOUT, or
+fails in a way no answer should: a bug, said as one) is asked again every RETRY_PAUSE
+seconds, and the token held is used until it ends; after that, logins fail with what the
+endpoint said last (asked again at most every RETRY_PAUSE seconds, however many
+connections open).
 
 Neither the token nor the client secret is ever in a repr, a message, a log or status:
 status has the token's expiry and subject only."""
@@ -177,9 +179,10 @@ def read_token_answer(endpoint: TokenEndpoint, status: int, body: bytes, now: fl
         raise TokenError(f"the token endpoint's answer to {whom} says no lifetime (no "
                          "expires_in, and the token has no exp)", permanent=True)  # fmt: skip
     if not MIN_LIFETIME <= lifetime <= MAX_LIFETIME:
-        raise TokenError(f"the token endpoint gave {whom} a token whose lifetime is "
-                         f"{lifetime:g} s: not believed (from {MIN_LIFETIME:g} s to a year "
-                         "is)", permanent=True)  # fmt: skip
+        said = f"{lifetime:g} s" if math.isfinite(lifetime) else "past any clock"
+        raise TokenError(f"the token endpoint gave {whom} a token whose lifetime is {said}: "
+                         f"not believed (from {MIN_LIFETIME:g} s to a year is)",
+                         permanent=True)  # fmt: skip
     # for status: the JWT's own end, if it is one a clock can show
     believable = exp is not None and now - MAX_LIFETIME <= exp <= now + MAX_LIFETIME
     expires_at = exp if believable and exp is not None else now + lifetime
@@ -202,10 +205,17 @@ def jwt_claims(token: str) -> dict[str, object]:
 
 
 def _seconds(value: object) -> float | None:
-    """A JSON number of seconds as a float; None for anything else (NaN, true, "60")."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    """A JSON number of seconds as a float, infinite past a float's range (JSON numbers
+    have none: Python reads 1e400 as inf, 10**400 as an int no float holds); None for
+    anything else (NaN, true, "60")."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return None if math.isnan(value) else value
 
 
 def _printable(value: object, endpoint: TokenEndpoint) -> str:
@@ -259,7 +269,11 @@ def http_fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
         except (OSError, ssl.SSLError) as cause:
             raise TokenError(f"--sasl-token-endpoint-ca {endpoint.ca}: {cause}",
                              permanent=True) from None  # fmt: skip
-    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+    # no proxy from the environment (http_proxy, https_proxy, all_proxy): the grant would
+    # show it the client secret, and an http one every token
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _NoRedirect, urllib.request.HTTPSHandler(context=context)
+    )
     try:
         try:
             answer = opener.open(request, timeout=within)
@@ -420,7 +434,21 @@ class TokenSource:
             except TokenError as cause:
                 self._failed, self.last_error = (time.monotonic(), cause), str(cause)
                 raise
+            except Exception as bug:  # no answer should: a failed refresh all the same
+                failure = self._bug(bug)
+                self._failed, self.last_error = (time.monotonic(), failure), str(failure)
+                raise failure from None
             return self._keep(token)
+
+    def _bug(self, bug: Exception) -> TokenError:
+        """A failure no answer should cause, as a TokenError: the refresh goes on, status
+        and the log say it (the traceback at DEBUG, for a report), RETRY_PAUSE applies."""
+        log.debug("OAUTHBEARER: internal error asking for a token", exc_info=bug)
+        said = _printable(str(bug), self.endpoint) or "no message"
+        return TokenError(f"no token from the token endpoint {self.endpoint.url} for client "
+                          f"{self.endpoint.client_id}: internal error: {type(bug).__name__}: "
+                          f"{said} (a kafkatunnel bug: please report it with the output of "
+                          "-vv)")  # fmt: skip
 
     def _ask(self, within: float) -> tuple[float, Future[tuple[int, bytes]]]:
         """The request still running, or a new one (each of its waits bounded by

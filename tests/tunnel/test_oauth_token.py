@@ -1,10 +1,12 @@
 """The OAUTHBEARER token's request and the reading of the token endpoint's answer (pure
-functions, fed answers as identity providers write them), the token source's sharing and
-refresh (its HTTP request replaced by a function that counts), and `up`'s OAUTHBEARER
-flags and profile keys; `up` against real endpoints that cannot give a token (nothing
-listens, a name not resolved, a socket that never answers, an https endpoint whose
-certificate is not trusted or is for another name). That a real endpoint and a real broker
-agree is shown with Keycloak and Apache Kafka (tests/apache/test_login_oauth.py)."""
+functions, fed answers as identity providers write them, and fuzzed with any answer one
+can give), the token source's sharing and refresh (its HTTP request replaced by a function
+that counts), and `up`'s OAUTHBEARER flags and profile keys (an http:// endpoint elsewhere
+needs consent; the environment's proxy is never used); `up` against real endpoints that
+cannot give a token (nothing listens, a name not resolved, a socket that never answers, an
+https endpoint whose certificate is not trusted or is for another name). That a real
+endpoint and a real broker agree is shown with Keycloak and Apache Kafka
+(tests/apache/test_login_oauth.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import contextlib
 import http.server
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -29,13 +32,19 @@ from pathlib import Path
 
 import pytest
 import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkatunnel.cli.up_options import Reach, SaslFlags, UpOptions, check
 from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.authority import Authority
 from kafkatunnel.tunnel import oauth_token
 from kafkatunnel.tunnel.oauth_token import (
+    BEARER_TOKEN,
     MAX_ANSWER,
+    MAX_LIFETIME,
+    MAX_TOKEN,
+    MIN_LIFETIME,
     Fetch,
     NoAnswer,
     TokenEndpoint,
@@ -179,6 +188,158 @@ def test_an_answer_that_is_no_token_is_refused_saying_why(
         read_token_answer(ENDPOINT, status, body, NOW)
     assert said in str(refused.value)
     assert "client kafkatunnel at https://idp.example" in str(refused.value)
+
+
+PAST_A_FLOAT = 10**400  # a JSON number Python reads as an int no float holds
+
+
+@pytest.mark.parametrize(
+    ("where", "fields"),
+    [
+        ("expires_in", {"expires_in": PAST_A_FLOAT}),
+        ("expires_in below", {"expires_in": -PAST_A_FLOAT}),
+        ("exp", {"claims": {"exp": PAST_A_FLOAT}}),
+        ("exp with iat", {"claims": {"exp": PAST_A_FLOAT, "iat": NOW}}),
+        ("iat", {"claims": {"exp": NOW + 60, "iat": PAST_A_FLOAT}}),
+        ("iat below", {"claims": {"exp": NOW + 60, "iat": -PAST_A_FLOAT}}),
+        ("both", {"claims": {"exp": PAST_A_FLOAT, "iat": PAST_A_FLOAT}}),
+    ],
+)
+def test_a_lifetime_past_what_a_float_holds_is_not_believed(
+    where: str, fields: dict[str, object]
+) -> None:
+    """`expires_in`, `exp` or `iat` of 10**400 (valid JSON): a lifetime not believed,
+    said as such, not an OverflowError out of the reader."""
+    claims = fields.get("claims")
+    token = "opaque-token" if claims is None else jwt(claims)  # type: ignore[arg-type]
+    rest = {k: v for k, v in fields.items() if k != "claims"}  # the parameter stays as given
+    body = answer(access_token=token, token_type="Bearer", **rest)
+    with pytest.raises(TokenError) as refused:
+        read_token_answer(ENDPOINT, 200, body, NOW)
+    said = str(refused.value)
+    assert said == (f"the token endpoint gave client kafkatunnel at {ENDPOINT.url} a token "
+                    "whose lifetime is past any clock: not believed (from 1 s to a year "
+                    "is)"), said  # fmt: skip
+
+
+def test_an_exp_past_what_a_float_holds_beside_expires_in_is_not_shown_as_the_end() -> None:
+    token = jwt({"exp": PAST_A_FLOAT, "iat": -PAST_A_FLOAT, "sub": "service-account"})
+    read = read_token_answer(ENDPOINT, 200, answer(access_token=token, token_type="Bearer",
+                                                   expires_in=300), NOW)  # fmt: skip
+    assert (read.lifetime, read.expires_at, read.subject) == (300.0, NOW + 300, "service-account")
+
+
+# What an endpoint can answer, for the fuzz below: any JSON, numbers past a float (either
+# way), NaN and the infinities, text of every size up to past the bounds, nesting.
+NUMBERS = st.one_of(
+    st.integers(),
+    st.integers(-(10**1000), 10**1000),
+    st.sampled_from([PAST_A_FLOAT, -PAST_A_FLOAT, 2**1024, 2**63, -(2**63), 0, -0.0]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(NOW - 2 * MAX_LIFETIME, NOW + 2 * MAX_LIFETIME),
+    st.floats(-10.0, 2 * MAX_LIFETIME),
+)
+TEXT = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda piece, times: piece * times, st.text(min_size=1, max_size=3),
+              st.sampled_from([300, MAX_TOKEN // 2, MAX_TOKEN + 1, MAX_ANSWER // 3])),
+)  # fmt: skip
+JSON = st.recursive(
+    st.none() | st.booleans() | NUMBERS | TEXT,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8) | st.sampled_from(["exp", "iat", "sub", "error"]),
+                      inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+# bodies past the bounds: the JSON parser's recursion limit (RecursionError), Python's
+# 4300 digits of an int (ValueError), MAX_ANSWER
+HUGE = {
+    "deep list": b"[" * 100_000,
+    "deep object": b'{"a":' * 50_000,
+    "deep exp": b'{"exp":' * 50_000,
+    "over the bound": b"x" * (MAX_ANSWER + 1),
+    "exp of 5000 digits": b'{"exp": 1' + b"0" * 5000 + b"}",
+    "expires_in of 5000 digits": b'{"access_token": "t", "token_type": "Bearer", '
+    b'"expires_in": 1' + b"0" * 5000 + b"}",
+}
+
+
+def huge(*names: str) -> st.SearchStrategy[bytes]:
+    return st.sampled_from(names).map(HUGE.__getitem__)  # named: their repr is short
+
+
+CLAIMS = st.fixed_dictionaries(
+    {}, optional={"exp": NUMBERS | JSON, "iat": NUMBERS | JSON, "sub": TEXT | JSON}
+)
+PAYLOADS = st.one_of(
+    CLAIMS.map(lambda claims: json.dumps(claims).encode()),
+    JSON.map(lambda value: json.dumps(value).encode()),
+    st.binary(max_size=64),
+    huge("deep list", "deep exp", "exp of 5000 digits"),
+)
+
+
+def jwt_of(payload: bytes) -> str:
+    return f"eyJhbGciOiJSUzI1NiJ9.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.c2ln"
+
+
+TOKENS = st.one_of(
+    JSON,
+    st.from_regex(BEARER_TOKEN, fullmatch=True),
+    PAYLOADS.map(jwt_of),
+    st.sampled_from(["a.b.c", "..", "a.!!!.c"]),
+)
+ANSWERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "access_token": TOKENS,
+        "token_type": st.sampled_from(["Bearer", "bearer", "mac"]) | JSON,
+        "expires_in": NUMBERS | JSON,
+        "error": st.sampled_from(["invalid_client", "invalid_scope"]) | JSON,
+        "error_description": TEXT | JSON,
+    },
+)
+# answers that would be a token but for their numbers: where the lifetime is read
+NEARLY_TOKENS = st.fixed_dictionaries(
+    {
+        "access_token": st.from_regex(BEARER_TOKEN, fullmatch=True)
+        | CLAIMS.map(lambda claims: jwt_of(json.dumps(claims).encode())),
+        "token_type": st.just("Bearer"),
+    },
+    optional={"expires_in": NUMBERS},
+)
+BODIES = st.one_of(
+    NEARLY_TOKENS.map(lambda fields: json.dumps(fields).encode()),
+    ANSWERS.map(lambda fields: json.dumps(fields).encode()),
+    ANSWERS.map(lambda fields: json.dumps(fields, ensure_ascii=False).encode("utf-8", "replace")),
+    JSON.map(lambda value: json.dumps(value).encode()),
+    st.binary(max_size=200),
+    huge("deep list", "deep object", "over the bound", "expires_in of 5000 digits"),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(status=st.sampled_from([200, 200, 200, 400, 401, 500]) | st.integers(0, 999),
+       body=BODIES)  # fmt: skip
+def test_every_answer_an_endpoint_can_give_is_a_token_or_a_token_error(
+    status: int, body: bytes
+) -> None:
+    """Whatever the endpoint says (any status; any JSON or none; numbers past a float,
+    NaN, infinities; wrong types; text of any size; nesting past the recursion limit; JWTs
+    whose claims are any of these, or no JSON): a Token the tunnel can use and show, or a
+    TokenError that names the client and the endpoint in one line of printable text."""
+    try:
+        read = read_token_answer(ENDPOINT, status, body, NOW)
+    except TokenError as refused:
+        said = str(refused)
+        assert said.startswith("the token endpoint") and ENDPOINT.describe() in said, said
+        assert said.isprintable() and len(said) < 1000, said
+        return
+    assert BEARER_TOKEN.fullmatch(read.value) and len(read.value) <= MAX_TOKEN
+    assert MIN_LIFETIME <= read.lifetime <= MAX_LIFETIME and read.asked_at == NOW
+    assert math.isfinite(read.expires_at) and not read.ended(NOW)
+    time.localtime(read.expires_at)  # what the status table does with it
+    assert read.subject is None or (read.subject.isprintable() and len(read.subject) < 1000)
 
 
 @pytest.mark.alone  # a bound on elapsed time
@@ -326,6 +487,78 @@ def test_a_refresh_refused_again_and_again_is_logged_once(
     assert len(warned) == 1 and "invalid_client" in warned[0], warned
 
 
+def token_then(lifetime: float, then: Fetch, fetched: list[float]) -> Fetch:
+    """An endpoint that gives one token, then answers as `then` does."""
+
+    def fetch(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+        fetched.append(time.monotonic())
+        if len(fetched) == 1:
+            return 200, answer(access_token="token-1", token_type="Bearer", expires_in=lifetime)
+        return then(endpoint, within)
+
+    return fetch
+
+
+def past_a_float(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+    return 200, answer(access_token="token-2", token_type="Bearer", expires_in=PAST_A_FLOAT)
+
+
+def a_bug(endpoint: TokenEndpoint, within: float) -> tuple[int, bytes]:
+    raise RuntimeError("a bug in the request")
+
+
+@pytest.mark.parametrize(
+    ("then", "said"),
+    [
+        (past_a_float, "a token whose lifetime is past any clock: not believed"),
+        (a_bug, "internal error: RuntimeError: a bug in the request (a kafkatunnel bug"),
+    ],
+)
+def test_a_refresh_that_fails_in_any_way_is_said_retried_and_paused_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, then: Fetch, said: str
+) -> None:
+    """However a refresh fails, even by a failure no answer should cause (`a_bug`: a
+    request that raises what it never should, a fault no real endpoint produces on demand),
+    the refresh goes on: the failure is logged once, in one line, kept for status; the
+    endpoint is asked again every RETRY_PAUSE (here 0.1 s), and once the token held has
+    ended, logins within RETRY_PAUSE fail with that cause without asking it again."""
+    monkeypatch.setattr(oauth_token, "RETRY_PAUSE", 0.1)
+    fetched: list[float] = []
+
+    async def run() -> tuple[str | None, list[str], bool, int, int]:
+        source = TokenSource(ENDPOINT, token_then(1.0, then, fetched))
+        try:
+            token = await source.current()
+            deadline = time.monotonic() + 5  # refused at 0.8 s, then every 0.1 s
+            while len(fetched) < 5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            alive = source._refresher is not None and not source._refresher.done()
+            while not token.ended(time.time()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            monkeypatch.setattr(oauth_token, "RETRY_PAUSE", 60.0)  # no refresh from here on
+            await asyncio.sleep(0.2)  # the one under way, if any, has failed
+            asked = len(fetched)
+            refusals = []
+            for _ in range(3):
+                with pytest.raises(TokenError) as refused:
+                    await source.current()
+                refusals.append(str(refused.value))
+            return source.last_error, refusals, alive, asked, len(fetched)
+        finally:
+            source.close()
+
+    with caplog.at_level(logging.DEBUG, logger=oauth_token.__name__):
+        error, refusals, alive, asked, after = asyncio.run(run())
+    assert alive and asked >= 5, (alive, fetched)  # the refresh went on after failing
+    assert after == asked, fetched  # the logins did not ask again within RETRY_PAUSE
+    assert error is not None and said in error, error
+    assert all(said in refusal for refusal in refusals), refusals
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and said in warned[0] and "\n" not in warned[0], warned
+    # a traceback only at DEBUG (-vv, for a bug report)
+    assert [r for r in caplog.records if r.exc_info and r.levelno > logging.DEBUG] == []
+
+
 def test_the_first_token_is_fetched_before_the_tunnel_runs() -> None:
     """`up` asks for it before the event loop runs; the first login uses it."""
     fetched: list[str] = []
@@ -350,9 +583,12 @@ def test_the_first_token_is_fetched_before_the_tunnel_runs() -> None:
 CLIENT_SECRET = "s3cret-of-the-client"
 
 
-def up_oauth(tmp_path: Path, url: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    """`up` with OAUTHBEARER tokens from `url` (and `flags`), to a bootstrap broker that
-    is not there: it ends on its own, at the token or at the broker."""
+def up_oauth(
+    tmp_path: Path, url: str, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`up` with OAUTHBEARER tokens from `url` (and `flags`, and `env` beside the
+    environment), to a bootstrap broker that is not there: it ends on its own, at the token
+    or at the broker."""
     secret = tmp_path / "secret"
     secret.write_text(f"{CLIENT_SECRET}\n")
     secret.chmod(0o600)
@@ -363,7 +599,7 @@ def up_oauth(tmp_path: Path, url: str, *flags: str) -> subprocess.CompletedProce
             "--sasl-client-id", "kafkatunnel", "--sasl-client-secret-file", str(secret),
             *flags]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKATUNNEL_")}
-    return subprocess.run(argv, cwd=tmp_path, env={**clean, "COLUMNS": "1000"},
+    return subprocess.run(argv, cwd=tmp_path, env={**clean, "COLUMNS": "1000", **(env or {})},
                           capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
@@ -416,7 +652,7 @@ def test_an_unreachable_token_endpoint_stops_up_at_once_saying_why(
         "closed-port": (f"http://127.0.0.1:{port}/token", "connection refused (nothing listens "
                         "there); check --sasl-token-endpoint and that the identity provider "
                         "runs"),
-        "unresolved-name": ("http://idp.invalid/token", "the name idp.invalid is not resolved "
+        "unresolved-name": ("https://idp.invalid/token", "the name idp.invalid is not resolved "
                             "("),
     }[where]  # fmt: skip
     started = time.monotonic()
@@ -731,7 +967,10 @@ class Https:
 
 
 @contextlib.contextmanager
-def https_endpoint(directory: Path, names: list[str], host: str) -> Iterator[Https]:
+def https_endpoint(
+    directory: Path, names: list[str], host: str, tls: bool = True
+) -> Iterator[Https]:
+    """(With `tls` False, the same endpoint serving plain HTTP.)"""
     authority = Authority(directory, "identity provider CA")
     issued = authority.issue("identity-provider", names)
     asked: list[str] = []
@@ -754,11 +993,13 @@ def https_endpoint(directory: Path, names: list[str], host: str) -> Iterator[Htt
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(issued.cert, issued.key)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    if tls:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     serving = threading.Thread(target=server.serve_forever, daemon=True)
     serving.start()
     try:
-        yield Https(f"https://{host}:{server.server_address[1]}/token", authority.pem, asked)
+        scheme = "https" if tls else "http"
+        yield Https(f"{scheme}://{host}:{server.server_address[1]}/token", authority.pem, asked)
     finally:
         server.shutdown()
         server.server_close()
@@ -858,6 +1099,17 @@ OAUTH = {"mechanism": "OAUTHBEARER", "token_endpoint": "https://idp.example/toke
             "--sasl-scope",
         ),
         ({"client_id": "kafkatunnel"}, "--sasl-client-id"),
+        ({**OAUTH, "token_endpoint": "http://idp.example/token"}, "--sasl-token-endpoint"),
+        ({**OAUTH, "token_endpoint_insecure": True}, "--sasl-token-endpoint-insecure"),
+        (
+            {
+                "mechanism": "PLAIN",
+                "username": "a",
+                "password_env": "P",
+                "token_endpoint_insecure": True,
+            },
+            "--sasl-token-endpoint-insecure",
+        ),
     ],
 )
 def test_a_wrong_oauthbearer_flag_is_named(flags: dict[str, object], flag: str) -> None:
@@ -884,3 +1136,119 @@ def test_the_oauthbearer_settings_come_from_a_profile(tmp_path: Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     said = " ".join(out.stderr.split())
     assert "--sasl-client-secret-file: cannot read no-such-file" in said, said
+
+
+def oauth_options(url: str, insecure: bool = False) -> UpOptions:
+    sasl = SaslFlags(**{**OAUTH, "token_endpoint": url, "token_endpoint_insecure": insecure})  # type: ignore[arg-type]
+    return UpOptions(Reach(bootstrap="kafka-0.kafka:9092", exec_template="nc {host} {port}"),
+                     sasl=sasl)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://idp.example/token", "http://127.0.0.1:8080/token", "http://127.7.8.9/token",
+     "http://[::1]:8080/token", "http://localhost:8080/token", "http://LocalHost/token",
+     "http://[::ffff:127.0.0.1]/token"],
+)  # fmt: skip
+def test_a_token_endpoint_the_secret_reaches_encrypted_or_on_this_machine_needs_no_consent(
+    url: str,
+) -> None:
+    options = oauth_options(url)
+    check(options)
+    assert options.sasl.warnings() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://idp.example/token", "http://10.0.0.7:8080/token", "http://0.0.0.0/token",
+     "http://localhost.idp.example/token", "http://127.0.0.1.nip.io/token",
+     "http://[fe80::1]/token", "http://[::ffff:10.0.0.7]/token"],
+)  # fmt: skip
+def test_an_http_token_endpoint_elsewhere_is_refused_unless_the_clear_text_is_consented_to(
+    url: str,
+) -> None:
+    """The grant sends the client secret (and the endpoint the token back): over http:// to
+    another machine, anyone on the path reads them. `up` refuses, naming the https:// fix
+    and the flag that consents; with that flag, it warns instead."""
+    with pytest.raises(typer.BadParameter) as refused:
+        check(oauth_options(url))
+    host = urllib.parse.urlsplit(url).hostname
+    assert refused.value.param_hint == "--sasl-token-endpoint"
+    assert refused.value.message == (
+        f"{url!r} would send the client secret unencrypted to {host}: give the endpoint's "
+        "https:// URL, or --sasl-token-endpoint-insecure to send it so all the same")  # fmt: skip
+    consented = oauth_options(url, insecure=True)
+    check(consented)
+    assert consented.sasl.warnings() == [
+        f"--sasl-token-endpoint-insecure: the client secret of kafkatunnel and its tokens "
+        f"travel unencrypted to {host}: anyone on the path can read them and log in as the "
+        "client; give the endpoint's https:// URL instead"]  # fmt: skip
+
+
+@pytest.mark.parametrize("consent", ["flag", "profile", "variable"])
+def test_up_with_consent_to_a_clear_text_token_endpoint_says_so_on_every_start(
+    tmp_path: Path, consent: str
+) -> None:
+    """The consent as a flag, a profile key or a KAFKATUNNEL_ variable: `up` goes on, saying
+    that the secret travels in the clear (and stops at the endpoint, whose name is not
+    resolved here). Without it, `up` stops before the endpoint is asked."""
+    url = "http://idp.invalid/token"
+    refused = up_oauth(tmp_path, url)
+    assert refused.returncode == 2 and "--sasl-token-endpoint-insecure" in refused.stderr
+    assert "cannot reach" not in refused.stderr, refused.stderr  # not asked
+    flags, env = [], {}
+    if consent == "flag":
+        flags = ["--sasl-token-endpoint-insecure"]
+    elif consent == "profile":
+        (tmp_path / "kafkatunnel.toml").write_text(
+            'profile = "p"\n[profiles.p]\nsasl-token-endpoint-insecure = true\n'
+        )
+    else:
+        env = {"KAFKATUNNEL_SASL_TOKEN_ENDPOINT_INSECURE": "1"}
+    out = up_oauth(tmp_path, url, *flags, env=env)
+    warned = [line for line in out.stdout.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        "warning: --sasl-token-endpoint-insecure: the client secret of kafkatunnel and its "
+        "tokens travel unencrypted to idp.invalid: anyone on the path can read them and log "
+        "in as the client; give the endpoint's https:// URL instead"], out.stdout  # fmt: skip
+    assert unreached_at_start(out, url).startswith("the name idp.invalid is not resolved")
+
+
+class Recorder:
+    """A proxy that records each connection and closes it: a stand-in, since only whether
+    anything reaches a proxy matters here, not what one would do."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.accepted = 0
+        threading.Thread(target=self._take, daemon=True).start()
+
+    def _take(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.listener.accept()[0].close()
+                self.accepted += 1
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_environments_proxy_is_never_used_for_the_token_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    """http_proxy, https_proxy and all_proxy name a proxy the grant (and the secret) would
+    go through: the token endpoint is asked directly, and the proxy never."""
+    proxy = Recorder()
+    for variable in ("http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(variable, proxy.url)
+        monkeypatch.setenv(variable.upper(), proxy.url)
+    for variable in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    try:
+        with https_endpoint(tmp_path, ["127.0.0.1"], "127.0.0.1", tls=scheme == "https") as idp:
+            ca = idp.ca if scheme == "https" else None
+            endpoint = TokenEndpoint(idp.url, "kafkatunnel", SECRET, None, ca)
+            status, body = oauth_token.http_fetch(endpoint, 5.0)
+    finally:
+        proxy.listener.close()
+    assert status == 200 and len(idp.asked) == 1, (status, body)  # reached directly
+    assert proxy.accepted == 0
