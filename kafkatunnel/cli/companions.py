@@ -23,12 +23,23 @@ def companions_of(
                       listen_host=listen_host)  # fmt: skip
 
 
+# --read-only reads Kafka's protocol; a service's HTTP passes as it is (docs/security.md)
+READ_ONLY_NOTE = (
+    "warning: --read-only guards Kafka's protocol only: the services below are forwarded "
+    "as they are, so their REST APIs can still change the cluster (POST /connectors, "
+    "DELETE /subjects/NAME); leave out --companions/--service to keep them out of reach"
+)
+
+
 def companion_lines(tunnel: Tunnel) -> list[str]:
     """Each service beside the brokers: where it is served, and the client settings that
     use it (by its in-cluster name when the shim resolves it)."""
     if tunnel.companions is None:
         return []
     lines = [f"note: {note}" for note in tunnel.companions.notes]
+    policy = tunnel.config.policy
+    if policy is not None and policy.read_only and tunnel.companions.served:
+        lines.append(READ_ONLY_NOTE)
     for companion in tunnel.companions.served:
         target, endpoint = companion.target, companion.endpoint
         where = f"{endpoint.local} -> svc/{target.name}.{target.namespace}:{target.port}"

@@ -11,9 +11,11 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -35,6 +37,7 @@ from kafkatunnel.protocol import (
     response_body_offset,
     response_correlation_id,
 )
+from kafkatunnel.waiting import wait_for
 from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
 from tests.protocol.requests_built import built, error_fields
 from tests.protocol.test_guarded_passage import CHANGING
@@ -354,3 +357,111 @@ def _config_errors(key: int) -> set[ErrorCode]:
 def _error_codes(value: Any) -> list[ErrorCode]:
     """Every error code in an answer (its error messages left out)."""
     return [code for name, code, _ in error_fields(value) if not name.endswith("error_message")]
+
+
+def _coordinator(through: str, group: str) -> str:
+    """The tunnel's address of the group's coordinator, asked through the tunnel."""
+    asked = built(10, 4, key_type=0, coordinator_keys=(group,))
+    with ProbeConnection(through.split(",")[0]) as probe:
+        (found,) = probe.request(asked).coordinators
+    assert found.error_code == ErrorCode.none, found
+    return f"{found.host}:{found.port}"
+
+
+def _members(kafka: ApacheKafka, group: str) -> list[str]:
+    """The group's members' ids, asked directly (kafka-consumer-groups --members)."""
+    listed = kafka.tool(GROUPS, "--bootstrap-server", kafka.bootstrap(), "--describe",
+                        "--group", group, "--members")  # fmt: skip
+    return sorted(line.split()[1] for line in listed.splitlines() if line.startswith(group))
+
+
+def test_an_admin_commit_with_any_member_id_changes_no_offset(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
+) -> None:
+    """Kafka takes a commit with generation -1 on an empty group whatever member id it
+    names: through read-only, one naming member `x`, sent to the group's coordinator, is
+    refused, and the group's offsets on the cluster stay as its consumer committed them."""
+    group = f"{topic}-admin-commit"
+    _, consume = java(java_classes, "classic")
+    assert consume(through, topic, group, MESSAGES) == MESSAGES
+    direct = ["--bootstrap-server", apache_kafka.bootstrap(), "--describe", "--group", group]
+    before = apache_kafka.tool(GROUPS, *direct)
+    for version in (8, 9):
+        commit = _aimed(built(8, version, member_id="x", generation_id_or_member_epoch=-1),
+                        topic, group)  # fmt: skip
+        with ProbeConnection(_coordinator(through, group)) as probe:
+            answer = probe.request(commit)
+        codes = {p.error_code for t in answer.topics for p in t.partitions}
+        assert codes == {ErrorCode.group_authorization_failed}, answer
+    assert apache_kafka.tool(GROUPS, *direct) == before
+
+
+def test_an_admin_leave_group_naming_a_live_member_removes_nobody(
+    apache_kafka: ApacheKafka, through: str, topic: str
+) -> None:
+    """A LeaveGroup naming a member of a running application (as Admin's
+    removeMembersFromConsumerGroup sends it), through read-only, to the group's
+    coordinator: refused, and the member is still there, asked directly."""
+    group = f"{topic}-members"
+    consumer = confluent_kafka.Consumer({  # its own membership passes read-only
+        "bootstrap.servers": through, "group.id": group,
+        "group.instance.id": f"{group}-static", "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            consumer.poll(0.2)
+
+    consumer.subscribe([topic])
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        members = wait_for(lambda: _members(apache_kafka, group) or None, timeout=DEADLINE,
+                           what=f"a member in group {group}")  # fmt: skip
+        coordinator = _coordinator(through, group)
+        for version in (3, 5):
+            leave = built(13, version).members[0]
+            removing = (
+                dataclasses.replace(leave, member_id="", group_instance_id=f"{group}-static"),
+                dataclasses.replace(leave, member_id=members[0], group_instance_id=None),
+            )
+            for one in removing:
+                request = dataclasses.replace(built(13, version), group_id=group, members=(one,))
+                with ProbeConnection(coordinator) as probe:
+                    answer = probe.request(request)
+                assert answer.error_code == ErrorCode.group_authorization_failed, answer
+        assert _members(apache_kafka, group) == members
+    finally:
+        stop.set()
+        poller.join(timeout=30)
+        consumer.close()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+def test_a_streams_application_stops_on_its_authorization_error_and_creates_no_topic(
+    apache_kafka: ApacheKafka,
+    through: str,
+    topic: str,
+    protocol: str,
+    tmp_path: Path,
+) -> None:
+    """A Kafka Streams application through read-only: with the classic protocol it would
+    create its internal topics with CreateTopics, with KIP-1071's the broker would create
+    them from the topology in its heartbeat. Both are refused: Streams stops on its
+    authorization error, and no topic of the application's is on the cluster."""
+    from tests.apache.test_streams import RUNNING, Instance, streams_classpath_at
+
+    application = f"{topic}-streams-{protocol}"
+    instance = Instance(streams_classpath_at(tmp_path / "classes"), application, through,
+                        application, topic, f"{application}-counts", protocol,
+                        str(tmp_path / "state"))  # fmt: skip
+    try:
+        trouble = wait_for(instance.trouble, timeout=RUNNING,
+                           what=f"Streams ({protocol}) to stop on its error")  # fmt: skip
+    finally:
+        instance.process.stop(timeout=45)
+    assert re.search("Authorization|Could not create topic", trouble), trouble
+    listed = apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                               apache_kafka.bootstrap(), "--list")  # fmt: skip
+    assert not [t for t in listed.split() if t.startswith(application)], listed

@@ -57,15 +57,19 @@ def streams_lib() -> Path:
                   f"kafka-streams-{KAFKA_VERSION}.jar")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def streams_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+def streams_classpath_at(out: Path) -> str:
+    """StreamsCounter compiled into `out`, and the classpath that runs it."""
     if shutil.which("javac") is None:
         pytest.fail("javac is missing: scripts/test installs openjdk-17-jdk-headless")
     lib = streams_lib()
-    out = tmp_path_factory.mktemp("streams-counter")
     subprocess.run(["javac", "-cp", f"{lib}/*", "-d", str(out),
                     str(CLIENTS / "StreamsCounter.java")], check=True, timeout=180)  # fmt: skip
     return f"{lib}/*:{out}"
+
+
+@pytest.fixture(scope="module")
+def streams_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return streams_classpath_at(tmp_path_factory.mktemp("streams-counter"))
 
 
 @pytest.fixture(params=["classic", "streams"])

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.cli.companions import READ_ONLY_NOTE
 from kafkatunnel.doctor import PASS, StartCheck, check_kubectl
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
@@ -411,6 +412,32 @@ def test_containers_reach_the_companions_on_the_bridge(
         finally:
             tunnel.stop()
             server.stop()
+
+
+@needs_kubectl
+def test_read_only_says_at_start_that_it_does_not_guard_the_services(
+    cluster: LocalCluster, apiserver: Path, tmp_path: Path
+) -> None:
+    """--read-only reads Kafka's requests, not a service's HTTP: `up` says so before the
+    services' settings, once, and forwards them as ever."""
+    shop_world(apiserver)
+    server = pod(cluster, "schema-registry", 8081, "schema-registry-7c9d-a")
+    tunnel = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--via", "kubectl", "-n", "shop",
+         "--listen", f"127.0.0.1:{free_port_run(8)}", "--no-table", "--read-only",
+         "--service", "schema-registry"],
+        name="kafkatunnel-up-companions-read-only",
+        env={**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    try:
+        registry = tunnel.wait_for_line(r"^schema\.registry\.url=(\S+)$", timeout=60)[1]
+        said = tunnel.output()
+        assert said.count(READ_ONLY_NOTE) == 1, said
+        assert said.index(READ_ONLY_NOTE) < said.index("schema.registry.url="), said
+        registry_round_trip(registry)  # a write (a schema registered): not guarded
+    finally:
+        tunnel.stop()
+        server.stop()
 
 
 def test_a_namespace_naming_too_many_companions_gets_a_bounded_number(world: Any) -> None:
