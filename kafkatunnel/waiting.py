@@ -16,6 +16,11 @@ class DeadlineExceeded(TimeoutError):
     """A condition did not hold before its deadline."""
 
 
+class NeverHolds(RuntimeError):
+    """Raised by a condition that knows it will never hold (the process it waits on has
+    exited): the wait ends at once with it, not at its deadline."""
+
+
 def wait_for(
     condition: Callable[[], T | bool | None],
     *,
@@ -25,8 +30,8 @@ def wait_for(
 ) -> T:
     """Poll `condition` until it returns something truthy, and return that.
 
-    Exceptions raised by the condition count as "not yet"; the last one is chained to the
-    DeadlineExceeded so a failing wait says why.
+    Exceptions raised by the condition count as "not yet" (but NeverHolds, raised at
+    once); the last one is chained to the DeadlineExceeded so a failing wait says why.
     """
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
@@ -35,6 +40,8 @@ def wait_for(
             result = condition()
             if result:
                 return result  # type: ignore[return-value]
+        except NeverHolds:
+            raise
         except Exception as error:
             last_error = error
         if time.monotonic() >= deadline:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from kafkatunnel.pids import die_with_parent
-from kafkatunnel.waiting import wait_for
+from kafkatunnel.waiting import NeverHolds, wait_for
 
 
 def _die_with_parent_in_own_group() -> None:  # runs in the child between fork and exec
@@ -79,7 +79,7 @@ class ManagedProcess:
                 if match:
                     return match
             if not self.alive():
-                raise RuntimeError(
+                raise NeverHolds(
                     f"{self.name} exited with {self.popen.returncode} before printing "
                     f"/{pattern}/; its output:\n{self.output()}"
                 )
@@ -100,7 +100,7 @@ class ManagedProcess:
 
         def accepting() -> bool:
             if not self.alive():
-                raise RuntimeError(
+                raise NeverHolds(
                     f"{self.name} exited with {self.popen.returncode} before accepting "
                     f"connections on port {port}{hint}; its output:\n{self.output()}"
                 )
