@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import ipaddress
 import os
 import signal
 import socket
@@ -328,6 +329,14 @@ def container_plan(console: Console, serving: Serving) -> ContainerPlan | None:
     return chosen
 
 
+def on_loopback(host: str) -> bool:
+    """Whether only this machine's programs can reach a listener on `host`."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def reach_of_listener(host: str) -> str:
     """Who can reach a listener that is not on loopback, said as plainly as we know it."""
     if host in ("0.0.0.0", "::"):
@@ -396,6 +405,12 @@ async def _serve(
         print(f"recording to {tunnel.recorder.directory}", flush=True)
     for line in companion_lines(tunnel):
         print(line, flush=True)
+    if tunnel.login_users is not None:
+        print(f"login: {tunnel.login_users.said}", flush=True)
+        for host in dict.fromkeys(tunnel.listen_hosts):
+            if not on_loopback(host):
+                console.print(f"[yellow]warning: {escape(tunnel.login_users.elsewhere(host))}[/]",
+                              highlight=False)  # fmt: skip
     configured = False
     try:
         if tunnel.dns is not None and dns.setup != "none":

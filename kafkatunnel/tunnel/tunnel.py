@@ -62,6 +62,7 @@ from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
 from kafkatunnel.tunnel.limits import DEFAULT_MAX_BROKERS, DEFAULT_MAX_CONNECTIONS
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.login import Credentials, LoginForwarder
+from kafkatunnel.tunnel.login_users import LoginUsers
 from kafkatunnel.tunnel.proxy import LINGER, Address, ClientConnection
 from kafkatunnel.tunnel.reachability import Unreachable, reach
 from kafkatunnel.tunnel.registry import BrokerRegistry, Endpoint, Tally
@@ -299,6 +300,7 @@ class Tunnel:
         # pinned broker ports, bound at start: the listen address's, then each audience's
         self._claimed: dict[int, list[socket.socket]] = {}
         self.turned_away = 0  # connections closed at accept: too many open
+        self.login_users: LoginUsers | None = None  # whose clients it logs in (with a login)
         self._refusals_said: set[tuple[str | None, int]] = set()  # (client id, API) logged
         self._full_log = RateLimitedLog(log, "%d client connection(s) closed at accept%s: %s")
         self.failures = FailureLog(config.repeat_window)  # connections' failures, in the log
@@ -368,6 +370,9 @@ class Tunnel:
                     bound.close()
                 self._release_claims()
                 raise
+        identity = self._identity
+        if identity is not None:  # known before the first client, said by `up` at start
+            self.login_users = LoginUsers(identity)
         if self.config.record_dir is not None:
             self.recorder = Recorder(
                 self.config.record_dir, self.config.record_rotate_bytes, self.config.record_payloads
@@ -397,7 +402,7 @@ class Tunnel:
             for node_id, port in sorted(self.config.broker_ports.items()):
                 flag = f"--broker-port {node_id}=PORT"
                 self._claimed[node_id] = claimed = []
-                for host in self._listen_hosts:
+                for host in self.listen_hosts:
                     claimed.append(bind_listener(host, port, flag))
         except BaseException:
             self._release_claims()
@@ -410,7 +415,7 @@ class Tunnel:
         self._claimed.clear()
 
     @property
-    def _listen_hosts(self) -> list[str]:
+    def listen_hosts(self) -> list[str]:
         """Every address a broker's port is bound on: the listen address, then each
         audience's, in that order."""
         return [self.config.listen_host, *(a.listen for a in self.config.audiences)]
@@ -491,6 +496,8 @@ class Tunnel:
             task.cancel()
         await asyncio.sleep(0)  # let cancelled tasks finish
         self.failures.close()  # the repeats not said yet
+        if self.login_users is not None:
+            self.login_users.close()
         if self.control is not None:
             await self.control.stop()
         if self.dns is not None:
@@ -570,7 +577,7 @@ class Tunnel:
         return sock
 
     def _bind_broker_port(self, endpoint: Endpoint) -> list[socket.socket] | None:
-        """The broker's rewrite-mode listeners, one per listen address (see _listen_hosts),
+        """The broker's rewrite-mode listeners, one per listen address (see listen_hosts),
         all on one port: its pinned or planned one, else the next free everywhere (a pinned
         port was claimed at start, so it cannot be taken here)."""
         claimed = (
@@ -583,7 +590,7 @@ class Tunnel:
         for _ in range(PORT_ATTEMPTS):
             bound: list[socket.socket] = []
             try:
-                for host in self._listen_hosts:
+                for host in self.listen_hosts:
                     bound.append(bind_listener(host, endpoint.listen_port, flag))
                 return bound
             except PortInUse as error:
@@ -611,8 +618,20 @@ class Tunnel:
     def _accepted(
         self, endpoint: Endpoint, sock: socket.socket, audience: Audience | None = None
     ) -> None:
-        if self._admitted(sock):
+        if self._admitted(sock) and self._may_log_in(endpoint, sock):
             self._connection(endpoint, audience).start(sock)
+
+    def _may_log_in(self, endpoint: Endpoint, sock: socket.socket) -> bool:
+        """False (the socket closed before a byte of it is read, said and counted) for a
+        client of another user's when the tunnel logs in (see LoginUsers)."""
+        refusal = None if self.login_users is None else self.login_users.refusal(sock)
+        if refusal is None:
+            return True
+        sock.close()
+        endpoint.record_error(refusal.message)
+        self.failures.warn(endpoint.local, refusal.message, refusal.peer,
+                           "were refused the same way")  # fmt: skip
+        return False
 
     def _accepted_by_companion(self, endpoint: Endpoint, sock: socket.socket) -> None:
         """A client of a service beside the brokers: its bytes pass untouched."""
@@ -680,6 +699,15 @@ class Tunnel:
             log.warning("refused %s from client %r (%s) at %s: %s; further refusals of it are "
                         "counted in status", api, header.client_id, connection.peer,
                         connection.endpoint.local, policy.reason)  # fmt: skip
+
+    @property
+    def _identity(self) -> str | None:
+        """Who the tunnel is to the brokers for its clients, if anyone: its SASL login, or
+        the client certificate it presents."""
+        certificate = self.config.tls_certificate
+        if self._login_named is not None or certificate is None:
+            return self._login_named
+        return f"the client certificate of {certificate}"
 
     @property
     def _login_named(self) -> str | None:
@@ -804,6 +832,8 @@ class Tunnel:
             "refused": [r.as_dict() for r in self.registry.refusals.values()],
             "refused_total": self.registry.refused_total,
             "turned_away": self.turned_away,
+            # whose clients the tunnel's login serves, and how many others it refused
+            "login_users": None if self.login_users is None else self.login_users.status(),
             "recording": None
             if self.recorder is None
             else {

@@ -83,8 +83,12 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
     policy = status.get("policy")
     if policy:
         notes.insert(0, _refusals(policy, status["endpoints"]))
-    for note in notes:  # names from the cluster: never markup
-        table.caption = escape(note)
+    users = status.get("login_users")
+    if users and users["refused"]:
+        notes.append(f"login: {users['refused']} connection(s) of other users of this machine "
+                     "refused")  # fmt: skip
+    if notes:  # names from the cluster: never markup
+        table.caption = escape("\n".join(notes))
     return table
 
 

@@ -57,11 +57,13 @@ from tests.apache.test_apache_kafka import (
 )
 from tests.apache.test_clients import every_coordinator, java, javascript, js_client
 from tests.kio_messages import decode, request_frame
+from tests.tunnel.container import HOST_ADDRESS, Container
 
 MESSAGES = 30
 INVALID_CREDENTIALS = ("Authentication failed during authentication due to invalid "
                        "credentials with SASL mechanism {}")  # Kafka's own words  # fmt: skip
 PASSWORD_VARIABLE = "KT_TEST_SASL_PASSWORD"
+NOBODY = 65534  # another user of the machine
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 __all__ = ["js_client"]  # a fixture, used by name
@@ -262,6 +264,60 @@ def nowhere_but_the_produce(
         f"no Produce to {topic} in {len(connections)} recorded connections")  # fmt: skip
     sasl = [m for messages in connections.values() for m, _ in messages if m.__api_key__ != 0]
     assert sasl == [], sasl  # no SaslHandshake, no SaslAuthenticate: the client sent none
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a program of another user's needs root")
+def test_only_the_users_own_programs_are_logged_in(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """`up` with a login says whose programs it logs in. kcat run by another user of the
+    machine (nobody) is closed before a byte reaches a broker, the log names it and status
+    counts it; the user's own kcat lists the cluster through the same port meanwhile."""
+    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
+    kcat = ["kcat", "-L", "-b"]
+    with up(apache_kafka, "scram256", *flags) as (bootstrap, process):
+        process.wait_for_line(rf"^login: the tunnel logs in as {SCRAM_USER} \(SCRAM-SHA-256\) "
+                              r"for the programs of root \(uid 0\) on this machine alone: "
+                              "other users' connections are refused$", timeout=10)  # fmt: skip
+        other = subprocess.run([*kcat, bootstrap, "-m", "5"], capture_output=True, text=True,
+                               timeout=60, user=NOBODY, group=NOBODY, extra_groups=[],
+                               cwd="/")  # fmt: skip
+        process.wait_for_line(
+            r"client 127\.0\.0\.1:\d+ refused: it runs as nobody \(uid "
+            rf"65534\), and the tunnel logs in as {SCRAM_USER} ",
+            timeout=10,
+        )
+        own = subprocess.run([*kcat, bootstrap, "-m", "30"], capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        read, shown = status(bootstrap)
+    assert other.returncode != 0 and "brokers:" not in other.stdout, other
+    assert own.returncode == 0 and f"{apache_kafka.nodes} brokers:" in own.stdout, own
+    assert read["login_users"]["users"] == ["root (uid 0)"]
+    assert read["login_users"]["refused"] >= 1
+    assert "connection(s) of other users of this machine refused" in shown, shown
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a container's network needs root")
+def test_a_client_on_a_bridge_is_logged_in_whoever_it_runs_as_and_up_says_so_at_start(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A container's program has no user this machine's kernel can tell: a listener on its
+    bridge serves it logged in (here kcat run as nobody inside the container), and `up`
+    says so at start, naming the address and the login."""
+    flags = login_flags("SCRAM-SHA-256", secret_file(tmp_path, SCRAM_PASSWORD))
+    with Container() as box:
+        listen = f"{HOST_ADDRESS}:{free_port_run(8, host=HOST_ADDRESS)}"
+        with up(apache_kafka, "scram256", *flags, "--listen", listen) as (bootstrap, process):
+            inside = subprocess.run([*box.namespace.exec_prefix(), "setpriv", "--reuid",
+                                     str(NOBODY), "--regid", str(NOBODY), "--clear-groups",
+                                     "kcat", "-L", "-b", bootstrap, "-m", "30"],
+                                    capture_output=True, text=True, timeout=60)  # fmt: skip
+        said = " ".join(process.output().split())
+    assert bootstrap == listen
+    assert inside.returncode == 0 and f"{apache_kafka.nodes} brokers:" in inside.stdout, inside
+    assert f"warning: a client that reaches {HOST_ADDRESS} from another machine or a " \
+        f"container is logged in as {SCRAM_USER} (SCRAM-SHA-256): no user of this machine's " \
+        "can be told for it" in said, said  # fmt: skip
 
 
 def test_a_password_changed_mid_run_fails_new_connections_with_kafkas_message(
