@@ -238,16 +238,29 @@ kt_pyspark35() {
 # with its AWS SDK bundle, into the local Maven repository (~/.m2), where Spark's own package
 # resolution looks before Maven Central (scripts/hadoop-aws/pom.xml). For the virtualenv's
 # PySpark and for the tests' PySpark 3.5 (Hadoop 3.3.4, SDK v1). After kt_venv, kt_pyspark35.
+# Then Spark's own resolution (Ivy, as `--packages` does) once per PySpark, by spark-submit
+# of an empty job, so that its cache (~/.ivy2 for Spark 3, ~/.ivy2.5.2 for Spark 4) holds
+# the jars before any test's deadline starts.
 kt_hadoop_aws() {
-  local where version jar
+  local where version jar home empty
   for where in "" "$KT_PYSPARK35"; do
     version="$(PYTHONPATH="$where" python -c \
       'from kafkatunnel.verify.objectstore import hadoop_version as v; print(v())')"
     jar="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/$version/hadoop-aws-$version.jar"
-    if [ -f "$jar" ]; then continue; fi
-    kt_maven
-    kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
-    mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+    if [ ! -f "$jar" ]; then
+      kt_maven
+      kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
+      mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+    fi
+    jar="org.apache.hadoop_hadoop-aws-$version.jar"
+    if [ -f "$HOME/.ivy2/jars/$jar" ] || [ -f "$HOME/.ivy2.5.2/jars/$jar" ]; then continue; fi
+    home="$(PYTHONPATH="$where" python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+    kt_log "resolving hadoop-aws $version as Spark does (Ivy), for the PySpark in $home"
+    empty="$(mktemp --suffix=.py)"
+    SPARK_HOME="$home" PYTHONPATH="$where" PYSPARK_PYTHON="$KT_VENV/bin/python" \
+      "$home/bin/spark-submit" --packages "org.apache.hadoop:hadoop-aws:$version" "$empty" \
+      >"$empty.log" 2>&1 || { cat "$empty.log" >&2; rm -f "$empty" "$empty.log"; return 1; }
+    rm -f "$empty" "$empty.log"
   done
 }
 
