@@ -23,7 +23,7 @@ from pathlib import Path
 from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.localcluster.netns import NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.waiting import wait_for
+from kafkatunnel.waiting import DeadlineExceeded, wait_for
 
 RELAY_PORT = 9092
 CAPTURE_BUFFER_KIB = 32768  # tcpdump -B: some 500 packets' slots (see _capture)
@@ -166,8 +166,20 @@ class RelayedLaptop:
         Stopped at once, tcpdump would leave unwritten what is still in its ring (the
         closing packets of the last client, when it waits for a CPU): its SIGINT breaks the
         loop, and the kernel's count of packets the filter took includes those never read."""
-        wait_for(self._caught_up, timeout=30, interval=0.1,
-                 what="tcpdump to write every packet its filter took")  # fmt: skip
+        taken = self._counts()[1]  # by the filter when the clients were done
+        written: list[tuple[int, ...]] = []
+
+        def caught_up() -> bool:
+            written[:] = [self._counts()]
+            captured, _, dropped = written[0]
+            return captured + dropped >= taken
+
+        try:
+            wait_for(caught_up, timeout=30, interval=0.1,
+                     what=f"tcpdump to write the {taken} packets its filter had taken")  # fmt: skip
+        except DeadlineExceeded as late:
+            raise DeadlineExceeded(f"{late}; written, taken, dropped when last asked: "
+                                   f"{written}") from None  # fmt: skip
         self.tcpdump.popen.send_signal(signal.SIGINT)
         self.tcpdump.popen.wait(10)
         counts = {
@@ -182,14 +194,16 @@ class RelayedLaptop:
             )
         return self.capture
 
-    def _caught_up(self) -> bool:
-        """Whether tcpdump has written every packet its filter took so far: SIGUSR1 makes
-        tcpdump (4.99) print its counts on one line and go on."""
+    def _counts(self) -> tuple[int, ...]:
+        """tcpdump's counts now: written, taken by the filter, dropped by the kernel. SIGUSR1
+        makes tcpdump (4.99) print them on one line and go on. Packets go on coming (a
+        client's connection closing, a retransmission): the drain waits for those taken
+        before it began, never for a moment with none in flight."""
         said = len(self._counts_said())
         self.tcpdump.popen.send_signal(signal.SIGUSR1)
-        counts = wait_for(lambda: self._counts_said()[said:], timeout=10,
-                          what="tcpdump to print its counts")[0]  # fmt: skip
-        return counts[0] == counts[1]
+        counts: tuple[int, ...] = wait_for(lambda: self._counts_said()[said:], timeout=10,
+                                           what="tcpdump to print its counts")[0]  # fmt: skip
+        return counts
 
     def _counts_said(self) -> list[tuple[int, ...]]:
         return [tuple(map(int, m.groups())) for line in list(self.tcpdump.lines)
