@@ -513,7 +513,11 @@ class Tunnel:
     async def _serve(
         self, sock: socket.socket, endpoint: Endpoint, audience: Audience | None = None
     ) -> None:
-        """Accept clients on `sock` for `endpoint`; those of an audience are told its host."""
+        """Accept clients on `sock` for `endpoint`; those of an audience are told its host.
+        A recording describes the listener from now on, whether or not a client comes: an
+        address clients are told is the tunnel's even when none of them connects to it."""
+        if self.recorder is not None:
+            self.recorder.interface(self._listener(endpoint))
         acceptor = Acceptor(sock, lambda conn: self._accepted(endpoint, conn, audience))
         acceptor.start()
         self.acceptors.append(acceptor)
@@ -717,8 +721,11 @@ class Tunnel:
 
     def _record(self, endpoint: Endpoint, client: Address, local: Address) -> Recording:
         assert self.recorder is not None
-        listener = Listener(endpoint.node_id, endpoint.advertised, endpoint.local, self.config.mode)
-        return self.recorder.connection(listener, client, local)
+        return self.recorder.connection(self._listener(endpoint), client, local)
+
+    def _listener(self, endpoint: Endpoint) -> Listener:
+        """The endpoint as a recording describes it."""
+        return Listener(endpoint.node_id, endpoint.advertised, endpoint.local, self.config.mode)
 
     def _closed(self, connection: ClientConnection) -> None:
         """Forget a closed connection, but keep its upstream until it is really gone, so

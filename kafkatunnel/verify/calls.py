@@ -232,7 +232,14 @@ class FileDecoder:
                 if unread:
                     self.summary.problems.append(f"{flow.conn.key}: {unread}")
         self.summary.calls = len(self.calls)
-        self.summary.listeners = [x for x in self._listeners.values() if x is not None]
+        # every listener the recording describes, whether or not a client connected to it:
+        # an address clients were told is the tunnel's even when none of them went there
+        listeners = [x for x in self._listeners.values() if x is not None]
+        for interface in self.capture.interfaces:
+            described = listener_of(interface)
+            if described is not None and described not in listeners:
+                listeners.append(described)
+        self.summary.listeners = listeners
         self.summary.tunnel = bool(self.summary.listeners)
         return self
 

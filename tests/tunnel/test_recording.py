@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
@@ -132,6 +133,35 @@ def test_a_sasl_plain_password_never_reaches_a_recording(
         or []
     ]
     assert (36, 2, True) in seen  # the SaslAuthenticate request is there, emptied
+
+
+def test_every_broker_clients_are_told_of_is_in_the_recording_connected_to_or_not(
+    make_tunnel: MakeTunnel, tmp_path: Path
+) -> None:
+    """A client that asks the bootstrap broker for Metadata and connects to no broker (as
+    librdkafka, connecting only to the brokers it needs, never connects to some): every
+    address the answer named is a listener the recording describes, so verify finds no
+    leak. (Listeners were described on their first connection: the brokers never
+    connected to were reported as leaks.)"""
+    tunnel = make_tunnel(record_dir=tmp_path)
+    _send(
+        tunnel.bootstrap_servers,
+        request_frame(
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+            1,
+        ),
+    )
+    tunnel.stop()
+    report = verify_local([str(tmp_path)])
+    assert report.leaks == [] and report.tunnel_recording, report.leaks
+    (path,) = tmp_path.iterdir()
+    summary = FileDecoder(str(path), path.read_bytes()).run().summary
+    described = {str(listener["node_id"]): listener["tunnel"] for listener in summary.listeners}
+    assert len(set(described.values())) == 4, described  # the bootstrap and 3 brokers
 
 
 def test_verify_replays_the_recorded_groups_against_a_live_tunnel(
