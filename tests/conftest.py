@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from kafkatunnel.localcluster import LocalCluster, isolation_problem
 from kafkatunnel.localcluster.apache import JIT
 from kafkatunnel.localcluster.netns import list_harness_namespaces
+from kafkatunnel.localcluster.processes import UNOBSERVED, unobserved_task_errors
 
 pytest_plugins = ["tests.scheduling"]
 
@@ -51,6 +53,39 @@ def pytest_configure(config: pytest.Config) -> None:
     on every import."""
     if not hasattr(config, "workerinput"):
         compileall.compile_dir(ROOT / "kafkatunnel", quiet=1)
+
+
+class _UnobservedHere(logging.Handler):
+    """asyncio's "never retrieved" records of this process (a tunnel the test runs on a
+    thread of its own, see kafkatunnel/tunnel/background.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if UNOBSERVED in record.getMessage():
+            self.seen.append(self.format(record))
+
+    def told(self) -> list[str]:
+        seen, self.seen = self.seen, []
+        return [f"this process:\n{text}" for text in seen]
+
+
+_UNOBSERVED_HERE = _UnobservedHere()
+logging.getLogger("asyncio").addHandler(_UNOBSERVED_HERE)
+
+
+@pytest.fixture(autouse=True)
+def no_task_dies_unobserved() -> Iterator[None]:
+    """Any of our programs the test ran (an `up`, a world's tunnel) that printed asyncio's
+    "Task exception was never retrieved" fails the test: a task of the tunnel ended with an
+    error nobody saw, whatever else the test checked (a shared world's, printed while no
+    test ran, fails the next one)."""
+    yield
+    told = unobserved_task_errors() + _UNOBSERVED_HERE.told()
+    if told:
+        pytest.fail("a task died unobserved:\n" + "\n\n".join(told), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -266,6 +266,13 @@ class PortForward:
             return
         log.debug("checking the port-forward to pod/%s :%d: %s", self.pod, self.port, signal)
         self._probing = asyncio.get_running_loop().create_task(self._probe(signal))
+        self._probing.add_done_callback(self._probed)
+
+    def _probed(self, task: asyncio.Task[None]) -> None:
+        """A check that failed in itself is said in one line; no task ends unobserved."""
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.warning("checking the port-forward to pod/%s :%d failed: %s: %s",
+                        self.pod, self.port, type(error).__name__, error)  # fmt: skip
 
     async def _probe(self, signal: str) -> None:
         port, process, trouble = self.local_port, self.process, self._trouble
@@ -316,7 +323,7 @@ async def probe_tcp(port: int, timeout: float) -> str | None:
         return None if data else "closed"
     except TimeoutError:
         return None  # kept open: the pod's port took the connection
-    except OSError as error:
+    except (OSError, RuntimeError) as error:  # RuntimeError: uvloop's closed transport
         return f"connection failed: {error}"
     finally:
         writer.close()
@@ -327,12 +334,31 @@ async def _ask(port: int, request: bytes, timeout: float, what: str) -> str | No
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
     except (OSError, TimeoutError) as error:
         return f"cannot connect to the forward: {error or 'timed out'}"
+    return await exchange(reader, writer, request, timeout, what)
+
+
+async def exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    request: bytes,
+    timeout: float,
+    what: str,
+) -> str | None:
+    """`request` sent on an open probe connection: None when an answer starts within
+    `timeout`, else why not. The connection can close under the probe before it writes
+    (kubectl hangs up on a pod port that refuses); uvloop then raises RuntimeError from
+    write, asyncio's own loop drops the bytes: either way the probe failed, it did not
+    break."""
     try:
+        if writer.transport.is_closing():
+            return "closed"
         writer.write(request)
         data = await asyncio.wait_for(reader.read(4), timeout)
         return None if data else "closed"
     except TimeoutError:
         return f"no answer to {what} within {timeout:g}s"
+    except RuntimeError:  # uvloop's transport, closed under the write
+        return "closed"
     except OSError as error:
         return f"connection failed: {error}"
     finally:
