@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kafkatunnel.localcluster.authority import Authority, Issued
 from kafkatunnel.localcluster.netns import NETNS_RUN_DIR, NetworkNamespace
 from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.waiting import wait_for
+from kafkatunnel.waiting import DeadlineExceeded, wait_for
 
 VERSION = "1.34.4"
 HOME_VARIABLE = "KAFKATUNNEL_KUBERNETES"  # where scripts/_setup.sh put it, if not the cache
@@ -220,9 +220,33 @@ class KubernetesCluster:
                 return pod
             return None
 
-        pod: dict[str, Any] = wait_for(ready, timeout=timeout, interval=0.25,
-                                       what=f"pod {namespace}/{name} to be ready")  # fmt: skip
+        try:
+            pod: dict[str, Any] = wait_for(ready, timeout=timeout, interval=0.25,
+                                           what=f"pod {namespace}/{name} to be ready")  # fmt: skip
+        except DeadlineExceeded as error:
+            raise DeadlineExceeded(f"{error}; {self.pod_story(name, namespace=namespace)}") from (
+                error.__cause__
+            )
         return pod
+
+    def pod_story(self, name: str, *, namespace: str = "default") -> str:
+        """What a pod that is not ready is doing: its phase, each container's state and
+        restarts, and the last lines its container wrote (for a failing wait to say)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            status = self.api("GET", path).get("status", {})
+        except (ApiError, OSError) as error:
+            return f"the pod could not be read: {error}"
+        told = [f"phase {status.get('phase')}"]
+        for container in status.get("containerStatuses", []):
+            state = container.get("state", {})
+            told.append(f"container {container.get('name')}: {json.dumps(state)}, "
+                        f"{container.get('restartCount', 0)} restarts")  # fmt: skip
+        try:
+            log = self.api("GET", f"{path}/log?tailLines=40")
+        except (ApiError, OSError) as error:
+            log = f"(no log: {error})"
+        return "; ".join(told) + f"; its log ends:\n{log}"
 
     def delete_pod(self, name: str, *, namespace: str = "default", timeout: float = 60) -> None:
         """Delete the pod and wait until the API server has forgotten it (the kubelet

@@ -205,6 +205,9 @@ class StrimziKafka:
             return False
 
         wait_for(gone, timeout=grace + 60, what=f"pod {self.pod_name(node)} to go", interval=0.25)
+        # the copy names the old pod's IP: the new container waits for the one written
+        # once it runs, not for names that send it (and who asks it) to an address now gone
+        (self.workdir / "config" / "hosts").write_text("")
         self.kube.create_pod(self._pod(node), namespace=self.namespace)
         self._write_hosts()
         pod: dict[str, Any] = self.kube.api("GET", path)
