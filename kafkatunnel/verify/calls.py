@@ -46,13 +46,19 @@ class Conn(NamedTuple):
     """A client connection: where it went, and which broker that was when the recording says.
     (A named tuple: cheap to pickle, as Spark does with every event that names one.)"""
 
-    key: str  # unique across the recordings being verified
+    key: str  # "run/client/server": unique across the recordings being verified
     client: str
     server: str  # the address the client connected to
     node: int | None  # the broker behind it (a kafkatunnel listener's node); None: unknown
     tunnel: bool  # recorded by kafkatunnel (client-facing answers must name tunnel addresses)
     advertised: str | None = None  # the broker address the listener forwards to
     tool: str | None = None  # the client id, when it is this tool's (kafkatunnel-doctor...)
+
+    @property
+    def run(self) -> str:
+        """The recording the connection is in: a kafkatunnel run's id (all its rotated
+        files), or a plain capture's file; the first part of the key."""
+        return self.key.rsplit("/", 2)[0]
 
 
 @dataclass(slots=True)

@@ -11,8 +11,10 @@ __consumer_offsets / __transaction_state, when Metadata for it was recorded); or
 connection whose broker is only inferred, the named coordinator kept answering
 NOT_COORDINATOR after being looked up again (its address leads to another broker: the single
 port-forward failure); or, where brokers check the node a client meant (KIP-1242, Kafka
-4.4's brokers and clients), connections meant for the named coordinator were refused by
-another broker and none of its requests reached it; or a generation assigned a partition
+4.4's brokers and clients), a connection meant for the named coordinator was refused by
+another broker in the recording of a look-up that named it, after that look-up and before
+the group's last event there (it went on: looked it up again, or sent requests elsewhere),
+and none of its requests reached it; or a generation assigned a partition
 to two members, or chose a protocol a member did not offer; or a heartbeat was answered,
 without an error, with a member epoch lower than the member's own.
 Where the recording or the user says which broker a connection reached, NOT_COORDINATOR
@@ -73,8 +75,9 @@ class Facts:
     # per key type: snapshots, sorted by time
     leaders: dict[int, list[LeaderSnapshot]] = field(default_factory=dict)
     identities: Identities | None = None  # which broker is behind each server address
-    # node -> connections meant for it that reached another broker (KIP-1242's check)
-    misdirected: dict[int, int] = field(default_factory=dict)
+    # (run, node) -> when connections meant for the node reached another broker, which
+    # refused them (KIP-1242's check), sorted
+    misdirected: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
     def told(self, conn: Conn) -> bool:
         """Whether the broker behind a connection is known rather than inferred: a
@@ -142,8 +145,10 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     wrong: list[str] = []
     notes: list[str] = []
     errors = dict.fromkeys(COORDINATOR_ERRORS.values(), 0)
-    checked = unknown_broker = unlooked = 0
+    checked = unknown_broker = unlooked = accepted = 0
     named: int | None = None
+    lookups: list[tuple[str, int, int]] = []  # (run, ts, node) of each naming a broker
+    last: dict[str, int] = {}  # run -> the group's last event in it
     denied: dict[int, int] = {}  # node -> NOT_COORDINATOR answers since first denial
     renamed: set[int] = set()  # denied nodes a lookup named again
     last_error: int | None = None
@@ -154,10 +159,13 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     for event in events:
         if event.error in COORDINATOR_ERRORS:
             errors[COORDINATOR_ERRORS[event.error]] += 1
+        if event.kind in (LOOKUP, CALL):
+            last[event.conn.run] = event.ts
         if event.kind == LOOKUP:
             timeline.append(_moment(event, start, event.node, "FindCoordinator"))
             if event.error == 0 and event.node is not None and event.node >= 0:
                 named = event.node
+                lookups.append((event.conn.run, event.ts, named))
                 if named in denied:
                     renamed.add(named)
             continue
@@ -169,6 +177,8 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
             last_error = event.error
         if node is None:
             unknown_broker += 1
+            if event.error == 0:
+                accepted += 1  # a broker answered as the coordinator: whichever, it was reached
         if named is None:
             unlooked += 1
         elif node is not None and node != named:
@@ -211,8 +221,9 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         "coordinates, or taking it over from another broker), not misrouted"
         for node in sorted(not_ready)
     )
-    refused = facts.misdirected.get(named, 0) if named is not None else 0
-    if refused and not checked:
+    reached = checked or accepted
+    refused = _refused(named, lookups, last, facts) if named is not None and not reached else 0
+    if refused:
         wrong.append(
             f"FindCoordinator named broker {named}, but {refused} connection(s) meant for broker "
             f"{named} reached another broker, which refused them (ApiVersions answered "
@@ -236,6 +247,23 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     group_type = None if key_type == TRANSACTION else group_type_of(events)
     return Verdict(key, key_type, verdict, _unique(wrong) + notes, checked, named, errors,
                    timeline, start, tool, group_type)  # fmt: skip
+
+
+def _refused(
+    named: int, lookups: list[tuple[str, int, int]], last: dict[str, int], facts: Facts
+) -> int:
+    """Connections meant for the named coordinator that another broker refused (KIP-1242),
+    in a run where the group looked it up, after the first such look-up and before the
+    group's last event in that run: a refusal the group went on after (a 4.x client
+    rebootstraps and looks its coordinator up again), not another client's, later or in
+    another recording, nor one that only followed a look-up (a doctor's smoke group)."""
+    count = 0
+    for run in {r for r, _ts, node in lookups if node == named}:
+        first = min(ts for r, ts, node in lookups if r == run and node == named)
+        times = facts.misdirected.get((run, named), [])
+        after, before = bisect.bisect_right(times, first), bisect.bisect_left(times, last[run])
+        count += max(0, before - after)
+    return count
 
 
 def group_type_of(events: list[Event]) -> str | None:

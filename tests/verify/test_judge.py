@@ -17,17 +17,17 @@ pytestmark = pytest.mark.quick
 JOIN, SYNC, HEARTBEAT, COMMIT = 11, 14, 12, 8
 
 
-def conn(node: int | None, server: str = "127.0.0.1:1") -> Conn:
-    return Conn(f"c{node}{server}", "127.0.0.1:5", server, node, tunnel=True)
+def conn(node: int | None, server: str = "127.0.0.1:1", run: str = "r1") -> Conn:
+    return Conn(f"{run}/127.0.0.1:5/c{node}{server}", "127.0.0.1:5", server, node, tunnel=True)
 
 
-def lookup(ts: int, node: int, error: int = 0) -> Event:
-    return Event(LOOKUP, ts, conn(None), 10, "g", 0, error, node, f"127.0.0.1:{node}")
+def lookup(ts: int, node: int, error: int = 0, run: str = "r1") -> Event:
+    return Event(LOOKUP, ts, conn(None, run=run), 10, "g", 0, error, node, f"127.0.0.1:{node}")
 
 
 def call(ts: int, node: int | None, api: int = HEARTBEAT, error: int | None = 0,
-         detail: dict[str, Any] | None = None) -> Event:  # fmt: skip
-    return Event(CALL, ts, conn(node), api, "g", 0, error, detail=detail)
+         detail: dict[str, Any] | None = None, run: str = "r1") -> Event:  # fmt: skip
+    return Event(CALL, ts, conn(node, run=run), api, "g", 0, error, detail=detail)
 
 
 def test_requests_to_the_named_coordinator_are_ok() -> None:
@@ -235,17 +235,72 @@ def test_a_member_epoch_answered_lower_than_sent_fails(api: int) -> None:
     ]
 
 
+def refusals(*at: tuple[str, int]) -> Facts:
+    """Connections meant for broker 2 that broker 0 refused (ApiVersions answered
+    REBOOTSTRAP_REQUIRED, KIP-1242), each (run, when), collected as the job collects them."""
+    from kafkatunnel.verify.events import MISDIRECTED
+    from kafkatunnel.verify.job import facts_from
+
+    events = [Event(MISDIRECTED, ts, conn(0, "127.0.0.1:9", run), 18, node=2) for run, ts in at]
+    return facts_from(events, [])
+
+
 def test_a_coordinator_whose_connections_another_broker_refused_is_misrouted() -> None:
     """Kafka 4.4 (KIP-1242): the client names the node it means in ApiVersions and a broker
-    that is not it answers REBOOTSTRAP_REQUIRED, so through one forward the group never
-    sends a coordinator request at all: without that evidence it would be unverified."""
-    refused = Facts(misdirected={2: 3})
+    that is not it answers REBOOTSTRAP_REQUIRED; the client rebootstraps and looks its
+    coordinator up again, so through one forward the group never sends a coordinator
+    request at all: without that evidence it would be unverified."""
+    refused = refusals(("r1", 2), ("r1", 3), ("r1", 4))
     verdict = judge("g", 0, [lookup(1, 2), lookup(5, 2)], refused)
     assert verdict.verdict == MISROUTED
     assert verdict.reasons[0].startswith(
         "FindCoordinator named broker 2, but 3 connection(s) meant for broker 2 reached "
         "another broker, which refused them"
     )
-    assert judge("g", 0, [lookup(1, 2)], Facts()).verdict == UNVERIFIED
+    assert judge("g", 0, [lookup(1, 2), lookup(5, 2)], Facts()).verdict == UNVERIFIED
     reached = judge("g", 0, [lookup(1, 2), call(2, 2)], refused)  # others' connections
     assert reached.verdict == OK
+
+
+def test_a_refusal_after_a_lone_lookup_is_not_the_groups() -> None:
+    """A doctor's smoke group looks a coordinator up and sends nothing: a refusal after it
+    is another client's (one that rebootstrapped), not a sign this group went astray."""
+    verdict = judge("g", 0, [lookup(1, 2)], refusals(("r1", 2)))
+    assert verdict.verdict == UNVERIFIED, verdict.reasons
+
+
+def test_an_answer_on_an_unidentified_connection_reached_a_coordinator() -> None:
+    """A heartbeat answered without an error was accepted by a broker as the group's
+    coordinator: whichever broker it was, the group's requests reached one."""
+    verdict = judge("g", 0, [lookup(1, 2), call(3, None)], refusals(("r1", 2)))
+    assert verdict.verdict == UNVERIFIED, verdict.reasons
+    unanswered = [lookup(1, 2), call(3, None, error=None)]
+    assert judge("g", 0, unanswered, refusals(("r1", 2))).verdict == MISROUTED
+
+
+def test_refusals_in_another_run_or_before_the_lookup_are_not_the_groups() -> None:
+    """Another recording's refusals (another run of the tunnel, another capture file), and
+    those before the look-up that named the broker, are other clients'."""
+    events = [lookup(10, 2), lookup(20, 2)]
+    elsewhere = refusals(("r2", 15), ("r1", 5), ("r1", 25))  # another run, before, after
+    verdict = judge("g", 0, events, elsewhere)
+    assert verdict.verdict == UNVERIFIED, verdict.reasons
+    assert judge("g", 0, events, refusals(("r2", 15), ("r1", 15))).verdict == MISROUTED
+
+
+def test_a_group_whose_requests_went_astray_after_a_refusal_is_misrouted() -> None:
+    """Its coordinator's connection refused (REBOOTSTRAP_REQUIRED), the group's requests
+    went on connections whose broker is not known, and none was answered."""
+    events = [lookup(1, 2), call(3, None, JOIN, error=None), call(4, None, error=None)]
+    verdict = judge("g", 0, events, refusals(("r1", 2)))
+    assert verdict.verdict == MISROUTED
+    assert "REBOOTSTRAP_REQUIRED" in verdict.reasons[0]
+    later = judge("g", 0, events, refusals(("r1", 5)))  # after its last request: not its
+    assert later.verdict == UNVERIFIED, later.reasons
+
+
+def test_the_job_collects_each_refusal_with_its_run_and_time() -> None:
+    """What the job (Spark's driver, or the single process) gathers from MISDIRECTED
+    events, for every group's judge: per run and node, when, in time order."""
+    facts = refusals(("r1", 7), ("r2", 3), ("r1", 2))
+    assert facts.misdirected == {("r1", 2): [2, 7], ("r2", 2): [3]}
