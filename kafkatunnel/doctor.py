@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkatunnel.hostnames import split_address
+from kafkatunnel.hostnames import join_address, split_address
 from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError, can_i_args
@@ -65,7 +65,8 @@ def dns_server_resolve(server: str) -> Resolve:
     host, port = split_address(server)
 
     def resolve(name: str) -> list[str]:
-        answer = DNSRecord.parse(DNSRecord.question(name, "A").send(host, port, timeout=3))
+        question = DNSRecord.question(name, "A")  # dnslib sends over IPv4 unless told
+        answer = DNSRecord.parse(question.send(host, port, timeout=3, ipv6=":" in host))
         return sorted(str(r.rdata) for r in answer.rr if r.rtype == QTYPE.A)
 
     return resolve
@@ -274,18 +275,19 @@ def check_brokers(bootstrap: str, timeout: float = 5.0) -> tuple[list[Result], l
     reachable = []
     for node, host, port in sorted((b.node_id, b.host, b.port) for b in brokers):
         check = f"broker {node} reachable"
+        address = join_address(host, port)
         try:
-            with ProbeConnection(f"{host}:{port}", timeout) as probe:
+            with ProbeConnection(address, timeout) as probe:
                 probe.api_versions()
         except (OSError, ValueError) as error:
             out.append(Result(
-                check, FAIL, f"{host}:{port}: {error or type(error).__name__}",
+                check, FAIL, f"{address}: {error or type(error).__name__}",
                 f"the forward to broker {node} is down: see `kafkatunnel status` (its last "
                 "error), and the pod or bastion it goes through",
             ))  # fmt: skip
             continue
         reachable.append(node)
-        out.append(Result(check, PASS, f"{host}:{port}"))
+        out.append(Result(check, PASS, address))
     return out, reachable
 
 

@@ -68,15 +68,64 @@ def parse_port(text: str) -> int:
     return check_port(int(text))
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as (host, port), else ValueError saying why."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host.strip("[]"):
-        raise ValueError(f"{address!r} is not HOST:PORT")
+def split_address(address: str, default_port: int | None = None) -> tuple[str, int]:
+    """HOST:PORT as (host, port), else ValueError saying why. An IPv6 host goes in brackets
+    ([::1]:9092), and only it: `::1:9092` could be ::1 port 9092 or the address ::1:9092,
+    and a bracket left open is a typo, never a host. With default_port, the port may be
+    left out (HOST, [::1]), as in a URL."""
+    if address.startswith("["):
+        host, closed, rest = address[1:].partition("]")
+        if not closed:
+            raise ValueError(f"{address!r} opens a bracket it does not close: an IPv6 host "
+                             "goes in brackets, e.g. [::1]:9092")  # fmt: skip
+        if "[" in host or "[" in rest or "]" in rest:
+            raise ValueError(f"{address!r} has brackets that do not pair: an IPv6 host goes "
+                             "in brackets, e.g. [::1]:9092")  # fmt: skip
+        if host and ":" not in host:
+            raise ValueError(f"{address!r} is not HOST:PORT: brackets hold an IPv6 address, "
+                             f"not {host!r}")  # fmt: skip
+        if not rest and default_port is not None:
+            return _checked_host(address, host), default_port
+        if not rest.startswith(":"):
+            raise ValueError(f"{address!r} is not HOST:PORT: a port goes after the ']'")
+        port = rest[1:]
+    elif "[" in address or "]" in address:
+        raise ValueError(f"{address!r} has brackets that do not pair: an IPv6 host goes in "
+                         "brackets, e.g. [::1]:9092")  # fmt: skip
+    else:
+        host, sep, port = address.rpartition(":")
+        if ":" in host:
+            raise ValueError(_bare_ipv6(address, host, port))
+        if not sep and default_port is not None:
+            return _checked_host(address, address), default_port
+        if not sep:
+            raise ValueError(f"{address!r} is not HOST:PORT")
+    _checked_host(address, host)
     try:
-        return host.strip("[]"), parse_port(port)
+        return host, parse_port(port)
     except ValueError as cause:
         raise ValueError(f"{address!r} is not HOST:PORT: {cause}") from None
+
+
+def _checked_host(address: str, host: str) -> str:
+    if not host:
+        raise ValueError(f"{address!r} is not HOST:PORT: the host is missing")
+    return host
+
+
+def _bare_ipv6(address: str, host: str, port: str) -> str:
+    """Why an unbracketed IPv6 address is refused, and how to write it."""
+    if is_ip_literal(host) and port.isascii() and port.isdigit():
+        return f"{address!r}: an IPv6 host goes in brackets: write [{host}]:{port}"
+    if is_ip_literal(address):
+        return f"{address!r} has no port: write an IPv6 host with its port as [{address}]:PORT"
+    return f"{address!r} is not HOST:PORT: an IPv6 host goes in brackets, e.g. [::1]:9092"
+
+
+def join_address(host: str, port: int) -> str:
+    """HOST:PORT as split_address reads it back (and clients expect): an IPv6 host in
+    brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def check_address(host: str, port: int) -> tuple[str, int]:

@@ -20,7 +20,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kafkatunnel.hostnames import split_address
+from kafkatunnel.hostnames import join_address, split_address
 from kafkatunnel.protocol import (
     BrokerAddress,
     FrameDecoder,
@@ -66,7 +66,7 @@ class Coordinator:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return join_address(self.host, self.port)
 
 
 CLIENT_ID = "kafkatunnel"  # a probe's client id; each of the tool's own parts adds its name

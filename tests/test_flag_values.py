@@ -2,7 +2,8 @@
 (exit status 2, one line that names the flag) before anything starts, never a traceback.
 The values are the ones that slip past a quick check: digits str.isdigit() takes and int()
 refuses ('²') or reads (Arabic-Indic, fullwidth), a negative, zero, 65536, a value given
-twice, an empty one."""
+twice, an empty one; and for every flag that takes an address or a URL, brackets that do not
+pair and an IPv6 host outside them (`::1:9092`: ::1 port 9092, or the address ::1:9092?)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ KUBECTL = ["up", "--via", "kubectl", "--bootstrap", "kafka-0.kafka:9092", "--lis
 
 SASL = ["--sasl-mechanism", "scram-sha-512", "--sasl-username", "alice",
         "--sasl-password-file", "/etc/hostname"]  # fmt: skip
+
+OAUTH = ["--sasl-mechanism", "OAUTHBEARER", "--sasl-client-id", "c",
+         "--sasl-client-secret-env", "HOME"]  # fmt: skip
 
 FULLWIDTH_9092 = "\uff19\uff10\uff19\uff12"  # int() reads it as 9092
 
@@ -156,6 +160,90 @@ CASES: list[tuple[str, list[str], str, str]] = [
                                         "127.0.0.3:9092=²"], "--broker", "expected ADDRESS=NODE"),
     ("verify broker twice", ["verify", "--in-process", "{tmp}", "--broker", "127.0.0.3:9092=1",
                              "--broker", "127.0.0.3:9092=2"], "--broker", "is given twice"),
+    # every flag that takes an address or a URL: brackets pair, an IPv6 host is in them
+    ("listen bracket left open", [*UP, "--listen", "[::1"], "--listen",
+     "'[::1' opens a bracket it does not close"),
+    ("listen bracket left open before the port", [*UP, "--listen", "[::1:9092"], "--listen",
+     "opens a bracket it does not close"),
+    ("listen bracket never opened", [*UP, "--listen", "::1]:9092"], "--listen",
+     "has brackets that do not pair"),
+    ("listen ipv6 without a port", [*UP, "--listen", "::1"], "--listen",
+     "'::1' has no port: write an IPv6 host with its port as [::1]:PORT"),
+    ("listen ipv6 bare", [*UP, "--listen", "::1:9092"], "--listen",
+     "an IPv6 host goes in brackets: write [::1]:9092"),
+    ("listen brackets round a name", [*UP, "--listen", "[localhost]:9092"], "--listen",
+     "brackets hold an IPv6 address"),
+    ("metrics-listen ipv6 bare", [*UP, "--metrics-listen", "::1:9100"], "--metrics-listen",
+     "write [::1]:9100"),
+    ("metrics-listen bracket left open", [*UP, "--metrics-listen", "[::1:9100"],
+     "--metrics-listen", "opens a bracket it does not close"),
+    ("dns-listen bracket left open", [*UP, "--dns", "--dns-setup", "none", "--dns-listen",
+                                      "[::1:53"], "--dns-listen", "opens a bracket"),
+    ("dns-listen ipv6 bare", [*UP, "--dns", "--dns-setup", "none", "--dns-listen", "::1:53"],
+     "--dns-listen", "write [::1]:53"),
+    ("bootstrap bracket left open", ["up", "--exec", "nc {host} {port}", "--bootstrap",
+                                     "[::1:9092"], "--bootstrap", "opens a bracket"),
+    ("bootstrap ipv6 bare", ["up", "--exec", "nc {host} {port}", "--bootstrap", "::1:9092"],
+     "--bootstrap", "write [::1]:9092"),
+    ("broker bracket never opened", [*UP, "--broker", "::1]:9092"], "--broker",
+     "brackets that do not pair"),
+    ("map advertised bracket left open", [*DIRECT, "--map", "[::1=127.0.0.1:1"], "--map",
+     "'[::1' opens a bracket"),
+    ("map reachable ipv6 bare", [*DIRECT, "--map", "kafka-0.kafka:9092=::1:31092"], "--map",
+     "write [::1]:31092"),
+    ("advertise in brackets", [*UP, "--advertise", "[::1]"], "--advertise",
+     "is not a host name"),
+    ("dns-first-address bracket left open", [*UP, "--dns-first-address", "[::1"],
+     "--dns-first-address", "is not an IPv4 address"),
+    ("sasl-token-endpoint bracket left open", [*UP, *OAUTH, "--sasl-token-endpoint",
+                                               "http://[::1"], "--sasl-token-endpoint",
+     "'http://[::1' is not an http(s) URL: '[::1' opens a bracket it does not close"),
+    ("sasl-token-endpoint text after the bracket", [*UP, *OAUTH, "--sasl-token-endpoint",
+                                                    "https://[::1]x/token"],
+     "--sasl-token-endpoint", "a port goes after the ']'"),
+    ("sasl-token-endpoint ipv6 bare", [*UP, *OAUTH, "--sasl-token-endpoint",
+                                       "https://::1/token"], "--sasl-token-endpoint",
+     "write an IPv6 host with its port as [::1]:PORT"),
+    ("sasl-token-endpoint port past 65535", [*UP, *OAUTH, "--sasl-token-endpoint",
+                                             "https://[::1]:65536/token"],
+     "--sasl-token-endpoint", "port 65536 is not between 1 and 65535"),
+    ("sasl-token-endpoint port no number", [*UP, *OAUTH, "--sasl-token-endpoint",
+                                            "https://idp.example:https/token"],
+     "--sasl-token-endpoint", "port 'https' is not a number"),
+    ("sasl-token-endpoint no http", [*UP, *OAUTH, "--sasl-token-endpoint", "idp.example/t"],
+     "--sasl-token-endpoint", "is not an http(s) URL"),
+    ("doctor bootstrap ipv6 bare", ["doctor", "--bootstrap", "::1:9092"], "--bootstrap",
+     "write [::1]:9092"),
+    ("doctor bootstrap bracket left open", ["doctor", "--bootstrap", "[::1"], "--bootstrap",
+     "opens a bracket"),
+    ("doctor resolver bracket left open", ["doctor", "--bootstrap", "127.0.0.1:9092",
+                                           "--resolver", "[::1:53"], "--resolver",
+     "opens a bracket"),
+    ("doctor resolver ipv6 bare", ["doctor", "--bootstrap", "127.0.0.1:9092", "--resolver",
+                                   "::1:53"], "--resolver", "write [::1]:53"),
+    ("coordinator bootstrap bracket left open", ["coordinator", "g", "--bootstrap",
+                                                 "127.0.0.1:9092,[::1"], "--bootstrap",
+     "opens a bracket"),
+    ("coordinator bootstrap ipv6 bare", ["coordinator", "g", "--bootstrap", "::1:9092"],
+     "--bootstrap", "write [::1]:9092"),
+    ("verify replay-against bracket left open", ["verify", "--in-process", "{tmp}",
+                                                 "--replay-against", "[::1:9092"],
+     "--replay-against", "opens a bracket"),
+    ("verify replay-against ipv6 bare", ["verify", "--in-process", "{tmp}",
+                                         "--replay-against", "::1:9092"],
+     "--replay-against", "write [::1]:9092"),
+    ("verify broker bracket left open", ["verify", "--in-process", "{tmp}", "--broker",
+                                         "[::1:9092=1"], "--broker", "opens a bracket"),
+    ("verify broker ipv6 bare", ["verify", "--in-process", "{tmp}", "--broker", "::1:9092=1"],
+     "--broker", "write [::1]:9092"),
+    ("verify master bracket left open", ["verify", "{tmp}", "--master", "spark://[::1"],
+     "--master", "opens a bracket"),
+    ("verify master ipv6 bare", ["verify", "{tmp}", "--master", "spark://::1:7077"],
+     "--master", "write [::1]:7077"),
+    ("verify master port no number", ["verify", "{tmp}", "--master", "spark://m:x"],
+     "--master", "port 'x' is not a number"),
+    ("dns setup port 65536", ["dns", "setup", "--port", "65536"], "--port",
+     "less than or equal to 65535"),
 ]
 # fmt: on
 

@@ -3,6 +3,8 @@ resolve: the rules themselves, on names real clusters use and names an attacker 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,8 +14,10 @@ from kafkatunnel.hostnames import (
     UntrustedName,
     check_address,
     check_host,
+    join_address,
     kubernetes_name,
     public_suffix,
+    split_address,
 )
 from tests.tunnel.hostile import PUBLIC, PUBLIC_LOOKALIKES
 
@@ -64,6 +68,55 @@ def test_what_a_broker_may_not_be_called(name: str) -> None:
 def test_ports_out_of_range_are_refused(port: int) -> None:
     with pytest.raises(UntrustedName, match="between 1 and 65535"):
         check_address("kafka-0.example.com", port)
+
+
+@pytest.mark.parametrize(
+    ("address", "parts"),
+    [("kafka-0.kafka:9092", ("kafka-0.kafka", 9092)), ("127.0.0.1:1", ("127.0.0.1", 1)),
+     ("[::1]:9092", ("::1", 9092)), ("[fe80::1]:65535", ("fe80::1", 65535))],
+)  # fmt: skip
+def test_an_address_is_host_and_port_an_ipv6_host_in_brackets(
+    address: str, parts: tuple[str, int]
+) -> None:
+    assert split_address(address) == parts
+    assert join_address(*parts) == address  # what the tunnel writes reads back
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [("[::1:9092", "opens a bracket it does not close"),
+     ("[::1", "opens a bracket it does not close"),
+     ("::1]:9092", "brackets that do not pair"),
+     ("[::1]]:9092", "brackets that do not pair"),
+     ("[[::1]:9092", "brackets that do not pair"),
+     ("kafka]:9092", "brackets that do not pair"),
+     ("::1:9092", "an IPv6 host goes in brackets: write [::1]:9092"),
+     ("fe80::1:19092", "write [fe80::1]:19092"),
+     ("::1", "has no port: write an IPv6 host with its port as [::1]:PORT"),
+     ("a:b:9092", "an IPv6 host goes in brackets, e.g. [::1]:9092"),
+     ("[::1]", "a port goes after the ']'"),
+     ("[::1]9092", "a port goes after the ']'"),
+     ("[kafka]:9092", "brackets hold an IPv6 address, not 'kafka'"),
+     ("[]:9092", "the host is missing"),
+     (":9092", "the host is missing"),
+     ("kafka", "is not HOST:PORT"),
+     ("[::1]:0", "port 0 is not between 1 and 65535"),
+     ("[::1]:²", "port '²' is not a number")],
+)  # fmt: skip
+def test_an_address_whose_brackets_do_not_pair_or_whose_ipv6_host_is_bare_is_refused(
+    address: str, said: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        split_address(address)
+
+
+def test_a_default_port_lets_the_port_be_left_out_but_not_the_brackets() -> None:
+    assert split_address("idp.example", default_port=443) == ("idp.example", 443)
+    assert split_address("[::1]", default_port=443) == ("::1", 443)
+    assert split_address("[::1]:8443", default_port=443) == ("::1", 8443)
+    for bad in ("::1", "[::1", "::1]", "[::1]x"):
+        with pytest.raises(ValueError):
+            split_address(bad, default_port=443)
 
 
 SHELL_OR_PATH = set(" \t\n\r/\\'\"`$;&|<>(){}[]*?!#~=%,\x00")

@@ -13,6 +13,7 @@ so that a mistyped flag is said as quickly as --help is shown."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import shutil
 import urllib.parse
 from collections.abc import Callable
@@ -374,10 +375,7 @@ def _check_oauth(sasl: SaslFlags) -> None:
             "OAUTHBEARER needs --sasl-token-endpoint URL (the identity provider's token endpoint)",
             param_hint="--sasl-mechanism",
         )
-    url = urllib.parse.urlsplit(sasl.token_endpoint)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise typer.BadParameter(f"{sasl.token_endpoint!r} is not an http(s) URL",
-                                 param_hint="--sasl-token-endpoint")  # fmt: skip
+    url = parse_token_endpoint(sasl.token_endpoint)
     if url.username is not None or url.password is not None:
         raise typer.BadParameter("names a user in the URL: give --sasl-client-id and its "
                                  "secret instead", param_hint="--sasl-token-endpoint")  # fmt: skip
@@ -404,6 +402,23 @@ def _check_oauth(sasl: SaslFlags) -> None:
             "it)",
             param_hint="--sasl-mechanism",
         )
+
+
+def parse_token_endpoint(text: str) -> urllib.parse.SplitResult:
+    """--sasl-token-endpoint as an http(s) URL whose host and port read as --listen's do
+    (an IPv6 host in brackets that pair, a port in 1-65535): urllib takes `https://[::1]x/`
+    and raises on `http://[::1`, where the flag's error belongs."""
+    scheme, _, rest = text.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
+    try:
+        if scheme.lower() not in ("http", "https") or not authority:
+            raise ValueError("write http(s)://HOST[:PORT]/PATH")
+        split_address(authority, default_port=443)
+        url = urllib.parse.urlsplit(text)
+    except ValueError as cause:
+        raise typer.BadParameter(f"{text!r} is not an http(s) URL: {cause}",
+                                 param_hint="--sasl-token-endpoint") from None  # fmt: skip
+    return url
 
 
 def _check_reach(reach: Reach, via: str) -> dict[tuple[str, int], tuple[str, int]]:

@@ -13,11 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from kafkatunnel.cli.output import error, make_console
+from kafkatunnel.hostnames import split_address
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from kafkatunnel.verify.job import Report
+
+SPARK_PORT = 7077  # a spark:// master's, when its URL names none
 
 
 def verify(
@@ -61,6 +64,9 @@ def verify(
 ) -> None:
     """Did every consumer group and transactional id talk to its coordinator? Exit 0 only
     when nothing is misrouted or leaked (with --strict: and everything was checked)."""
+    check_master(master)
+    if replay_against is not None:
+        check_addresses(replay_against, "--replay-against")
     raise typer.Exit(
         run_verify(make_console(), paths or [], master, Outputs(json_file, html_file, junit_file),
                    in_process, replay_against, parse_brokers(broker), strict)
@@ -82,13 +88,42 @@ class Outputs(NamedTuple):
 
 
 def parse_brokers(entries: list[str]) -> dict[str, int]:
-    """--broker ADDRESS=NODE entries as address -> node."""
+    """--broker ADDRESS=NODE entries as address -> node, each address HOST:PORT as every
+    other flag's (an IPv6 host in brackets: verify shows captured addresses so)."""
     from kafkatunnel.verify.identity import parse_broker_entries
 
     try:
-        return parse_broker_entries(entries)
+        brokers = parse_broker_entries(entries)
+        for address in brokers:
+            split_address(address)
     except ValueError as cause:
         raise typer.BadParameter(str(cause), param_hint="--broker") from None
+    return brokers
+
+
+def check_addresses(addresses: str, flag: str) -> None:
+    """HOST:PORT[,HOST:PORT...], each read as every address flag's, before any work."""
+    for address in addresses.split(","):
+        try:
+            split_address(address.strip())
+        except ValueError as cause:
+            raise typer.BadParameter(f"{cause}; expected HOST:PORT, e.g. 127.0.0.1:9092",
+                                     param_hint=flag) from None  # fmt: skip
+
+
+def check_master(master: str) -> None:
+    """A spark:// master's HOST[:PORT]s (standby masters after commas), read before any
+    work: Spark would try a bad one for a minute, and urllib raises on `spark://[::1`."""
+    if not master.startswith("spark://"):
+        return  # local[*], yarn, k8s://...: Spark's own to read
+    for address in master.removeprefix("spark://").rstrip("/").split(","):
+        try:
+            split_address(address, default_port=SPARK_PORT)
+        except ValueError as cause:
+            raise typer.BadParameter(
+                f"{master!r}: {cause}; expected spark://HOST:PORT, e.g. spark://spark-master:7077",
+                param_hint="--master",
+            ) from None
 
 
 def run_verify(

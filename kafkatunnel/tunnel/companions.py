@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkatunnel.dns.names import Zone
-from kafkatunnel.hostnames import ClusterZones
+from kafkatunnel.hostnames import ClusterZones, join_address
 from kafkatunnel.tunnel.forwarders import Forwarder
 from kafkatunnel.tunnel.listeners import Acceptor, PortInUse, bind_listener
 from kafkatunnel.tunnel.registry import Endpoint
@@ -65,9 +65,8 @@ class Companion:
         the listener, else the listener itself."""
         if with_names and self.names:
             return f"http://{self.names[-1]}:{self.target.port}"
-        host = told or self.endpoint.listen_host
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.endpoint.listen_port}"
+        address = join_address(told or self.endpoint.listen_host, self.endpoint.listen_port)
+        return f"http://{address}"
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkatunnel.files import state_dir, state_directory, write_whole
+from kafkatunnel.hostnames import join_address
 from kafkatunnel.pids import pid_alive
 
 UNIX = "unix:"  # a control address that is a socket path
@@ -59,7 +60,7 @@ class ControlServer:
         if self.metrics_listen is not None:
             host, port = self.metrics_listen
             server = await asyncio.start_server(self._handle_metrics, host, port)
-            self.metrics_address = f"{host}:{server.sockets[0].getsockname()[1]}"
+            self.metrics_address = join_address(host, server.sockets[0].getsockname()[1])
             self.servers.append(server)
         state = {"pid": os.getpid(), "control": self.address}
         write_whole(self.state_file, json.dumps(state).encode())

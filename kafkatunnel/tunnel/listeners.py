@@ -12,6 +12,8 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from kafkatunnel.hostnames import join_address
+
 log = logging.getLogger("kafkatunnel.listeners")
 ACCEPT_BURST = 64  # connections taken per wake-up
 BACKOFF = 1.0  # seconds without accepting after running out of descriptors
@@ -115,7 +117,7 @@ class Acceptor:
     @property
     def address(self) -> str:
         host, port = self.sock.getsockname()[:2]
-        return f"{host}:{port}"
+        return join_address(host, port)
 
     def _unwatch(self) -> None:
         if self._watching:

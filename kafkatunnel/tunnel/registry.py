@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kafkatunnel.hostnames import UntrustedName, check_address
+from kafkatunnel.hostnames import UntrustedName, check_address, join_address
 from kafkatunnel.protocol import BrokerAddress, ProtocolError, UnknownBroker, api_title
 from kafkatunnel.tunnel.limits import DEFAULT_MAX_BROKERS
 
@@ -114,11 +114,11 @@ class Endpoint:
 
     @property
     def advertised(self) -> str:
-        return f"{self.advertised_host}:{self.advertised_port}"
+        return join_address(self.advertised_host, self.advertised_port)
 
     @property
     def local(self) -> str:
-        return f"{self.listen_host}:{self.listen_port}"
+        return join_address(self.listen_host, self.listen_port)
 
     def record_error(self, message: str) -> None:
         self.errors += 1

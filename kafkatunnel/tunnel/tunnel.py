@@ -33,6 +33,7 @@ from kafkatunnel.hostnames import (
     check_host,
     derived_zone,
     is_ip_literal,
+    join_address,
     split_address,
 )
 from kafkatunnel.probe import ProbeConnection, wanted_login
@@ -310,11 +311,7 @@ class Tunnel:
         """What clients of the listener are told: the advertised host (--advertise, else the
         listen address) and the bootstrap port."""
         host = self.config.advertise or self.config.listen_host
-        return (
-            f"[{host}]:{self.config.listen_port}"
-            if ":" in host
-            else f"{host}:{self.config.listen_port}"
-        )
+        return join_address(host, self.config.listen_port)
 
     @property
     def client_bootstrap(self) -> str:
@@ -768,7 +765,7 @@ class Tunnel:
     def audience_bootstraps(self) -> dict[str, str]:
         """bootstrap.servers for each audience (by its listen address)."""
         port = self.config.listen_port
-        return {a.listen: f"{a.advertise}:{port}" for a in self.config.audiences}
+        return {a.listen: join_address(a.advertise, port) for a in self.config.audiences}
 
     # -- reporting --------------------------------------------------------------------------
 
@@ -852,7 +849,7 @@ class Tunnel:
             "dns": None
             if self.dns is None
             else {
-                "listen": f"{self.dns.host}:{self.dns.port}",
+                "listen": join_address(self.dns.host, self.dns.port),
                 "names": self.zone.names,
                 "domains": self.zone.domains,
                 "zones": sorted(self.zone.apexes),

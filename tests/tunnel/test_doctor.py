@@ -22,6 +22,7 @@ from kafkatunnel.doctor import (
     subject_from_status,
     system_resolve,
 )
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.localcluster import LocalCluster, free_port
 from kafkatunnel.localcluster.sessions import spread_workload
 from kafkatunnel.localcluster.single_forward import SingleForward
@@ -72,6 +73,23 @@ def test_a_broker_whose_forward_fails_is_named(
     assert broken.node_id not in reachable
     down, _ = check_brokers("127.0.0.1:1")
     assert down[0].status == FAIL and "kafkatunnel up" in down[0].fix
+
+
+def test_a_tunnel_on_ipv6_loopback_names_itself_as_it_reads_back(
+    cluster: LocalCluster, make_tunnel: MakeTunnel
+) -> None:
+    """Every address the tunnel writes (status, the DNS shim's, what doctor probes) reads
+    back as --listen does: with the IPv6 host in brackets, never `::1:9092`."""
+    assert cluster.tansu is not None  # a name for the shim to serve
+    tunnel = make_tunnel(cluster.tansu.address, listen_host="::1", dns_listen=("::1", free_port()))
+    status = tunnel.status()
+    assert tunnel.bootstrap_servers == f"[::1]:{tunnel.tunnel.config.listen_port}"
+    for endpoint in status["endpoints"]:
+        assert split_address(endpoint["tunnel"])[0] == "::1", endpoint
+    shim = dns_server_resolve(status["dns"]["listen"])
+    assert [r.status for r in check_names(subject_from_status(status, None), shim)] == [PASS]
+    results, reachable = check_brokers(tunnel.bootstrap_servers)
+    assert [r.status for r in results] == [PASS] * 2 and len(reachable) == 1
 
 
 def test_a_group_on_each_broker_joins_through_the_tunnel_not_through_one_forward(
