@@ -16,9 +16,12 @@ import time
 from collections.abc import Callable
 
 from kafkatunnel.kube import strimzi
-from kafkatunnel.kube.kubectl import Kubectl, KubectlError
+from kafkatunnel.kube.kubectl import Kubectl, KubectlError, explain
+from kafkatunnel.kube.pod_follow import Decision, PodFollower, Replace, Wake
 from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
 from kafkatunnel.kube.portforward import PortForward, Probe
+from kafkatunnel.kube.watch_stream import WatchStream, WatchStreamError
+from kafkatunnel.pids import die_with_parent
 from kafkatunnel.tunnel.forwarders import (
     DirectForwarder,
     Forwarder,
@@ -29,6 +32,7 @@ from kafkatunnel.tunnel.forwarders import (
 log = logging.getLogger("kafkatunnel.kube")
 
 WAKE_THRESHOLD = 5.0  # seconds the clocks must drift apart to count as a sleep
+POLL_EVERY = 1.0  # seconds between listings of the pods while a broker is down (no watch)
 
 
 def suspended_time() -> float:
@@ -40,6 +44,7 @@ def suspended_time() -> float:
 
 class KubectlForwarder(Forwarder):
     kind = "kubectl"
+    follows_pods = True  # watches (or lists) the broker pods it forwards to
 
     def __init__(
         self,
@@ -62,6 +67,9 @@ class KubectlForwarder(Forwarder):
         self.asleep: Callable[[], float] = suspended_time
         self._sleep_watch: asyncio.Task[None] | None = None
         self.pods: list[Pod] = []
+        self.follower = PodFollower(())
+        self.following: str | None = None  # how the pods are followed: "watch" or "listing"
+        self._follow_task: asyncio.Task[None] | None = None
         self.forwards: dict[tuple[str, int], PortForward] = {}
         self._through: dict[tuple[str, int], set[Upstream]] = {}
         self._tcp = DirectForwarder()
@@ -85,6 +93,7 @@ class KubectlForwarder(Forwarder):
                 )
                 self.kubectl = dataclasses.replace(self.kubectl, namespace=namespace)
                 self.pods = await self._list()
+        self.follower = PodFollower(self.pods)
         if not self.pods:
             where = (f'namespace "{self.kubectl.namespace}"' if self.kubectl.namespace
                      else "the current namespace")  # fmt: skip
@@ -153,6 +162,7 @@ class KubectlForwarder(Forwarder):
         pod = pod_for(host, port, self.pods)
         if pod is None or pod.why_unusable():
             self.pods = await self._list()  # a restarted or rescheduled pod
+            self._decide(self.follower.listed(self.pods, time.monotonic()))
             pod = pod_for(host, port, self.pods)
         if pod is None:
             names = ", ".join(p.name for p in self.pods) or "none"
@@ -177,7 +187,10 @@ class KubectlForwarder(Forwarder):
         key = self._key(host, port)
         forward = self.forwards.get(key)
         if self._sleep_watch is None:  # from the first forward on
-            self._sleep_watch = asyncio.get_running_loop().create_task(self._watch_sleep())
+            loop = asyncio.get_running_loop()
+            self._sleep_watch = loop.create_task(self._watch_sleep())
+            if self.follows_pods:
+                self._follow_task = loop.create_task(self._follow_pods())
         if forward is None:
             forward = PortForward(
                 self.kubectl,
@@ -187,6 +200,7 @@ class KubectlForwarder(Forwarder):
                 backoff=self.backoff,
                 keepalive=self.keepalive,
                 probe=self._probe_for(host, port),
+                starting=lambda: self._starting(key),
             )
             self.forwards[key] = forward
             forward.start()
@@ -265,9 +279,101 @@ class KubectlForwarder(Forwarder):
                     forward.check("waking from sleep")
             before = now
 
+    # -- following the pods (pod_follow.py) --------------------------------------------------
+
+    def _starting(self, key: tuple[str, int]) -> bool:
+        kind, _, name = key[0].partition("/")
+        return kind == "pod" and self.follower.starting(name, time.monotonic())
+
+    def _decide(self, decisions: list[Decision]) -> None:
+        """Act on what the pods' changes mean for the forwards to them."""
+        for decision in decisions:
+            for (target, _port), forward in self.forwards.items():
+                if target != f"pod/{decision.pod}":
+                    continue
+                if isinstance(decision, Replace) and forward.pod == decision.pod:
+                    forward.replace(decision.why)
+                elif isinstance(decision, Wake):
+                    forward.wake(decision.why)
+
+    async def _follow_pods(self) -> None:
+        """Watch the broker pods where RBAC allows it; else list them every POLL_EVERY while
+        a broker is down. Never fatal: the forwards still find a pod by failing."""
+        try:
+            may_watch = await self.kubectl.can_i("watch", "pods")
+        except (KubectlError, OSError) as error:
+            log.debug("cannot ask whether pods may be watched (%s): listing them instead", error)
+            may_watch = False
+        if may_watch:
+            await self._watch_pods()  # returns only when the watch is refused
+        self.following = "listing"
+        log.info("following the broker pods by listing them every %gs while one is down "
+                 "(RBAC grants no watch on pods)", POLL_EVERY)  # fmt: skip
+        while True:
+            await asyncio.sleep(POLL_EVERY)
+            down = any(f.local_port is None for f in self.forwards.values())
+            if not down and not any(self._starting(key) for key in self.forwards):
+                continue
+            try:
+                pods = await self._list()
+            except (KubectlError, OSError) as error:
+                log.debug("listing the broker pods failed: %s", error)
+                continue
+            self.pods = pods
+            self._decide(self.follower.listed(pods, time.monotonic()))
+
+    async def _watch_pods(self) -> None:
+        """`kubectl get pods --watch` for as long as the tunnel runs, started again when it
+        ends (the API server ends watches every half hour or so); returns when the watch
+        is refused or kubectl's output is not watch events: the caller lists instead."""
+        args = ("get", "pods", "-l", self.selector or DEFAULT_SELECTORS[0], "--watch",
+                "--output-watch-events", "-o", "json")  # fmt: skip
+        pause = 1.0
+        while True:
+            process = await asyncio.create_subprocess_exec(
+                *self.kubectl.argv(*args),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=die_with_parent,
+            )
+            assert process.stdout is not None and process.stderr is not None
+            stream, began = WatchStream(), time.monotonic()
+            try:
+                while chunk := await process.stdout.read(65536):
+                    self.following = "watch"  # kubectl watches: its first events came
+                    now = time.monotonic()
+                    for event in stream.feed(chunk):
+                        if not event.pod.is_broker():
+                            continue
+                        if event.kind == "DELETED":
+                            self._decide(self.follower.gone(event.pod.name, now))
+                        else:
+                            self._decide(self.follower.seen(event.pod, now))
+                    self.pods = self.follower.pods()
+            except WatchStreamError as error:
+                log.warning("following the broker pods: %s; listing them instead", error)
+                return
+            finally:
+                if process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                stderr = (await process.stderr.read()).decode(errors="replace")
+                await process.wait()
+            problem = explain(stderr, args) if stderr.strip() else None
+            if problem is not None and problem.permanent:
+                log.info("following the broker pods: %s; listing them instead", problem)
+                return
+            # a watch that ran a while ended as watches do: again at once; else wait, more
+            pause = 1.0 if time.monotonic() - began > 60 else min(pause * 2, 30.0)
+            log.debug("the watch of the broker pods ended (%s): again in %gs",
+                      problem or f"kubectl exited with {process.returncode}", pause)  # fmt: skip
+            await asyncio.sleep(pause)
+
     async def close(self) -> None:
-        if self._sleep_watch is not None:
-            self._sleep_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sleep_watch
+        for task in (self._sleep_watch, self._follow_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await asyncio.gather(*(f.stop() for f in self.forwards.values()))

@@ -36,6 +36,8 @@ class Pod:
     roles: str | None = None  # process.roles from its environment, when it says
     named_ports: tuple[tuple[str, int], ...] = ()  # container ports that have a name
     secrets: tuple[str, ...] = ()  # the secrets its volumes mount (as the cluster says)
+    uid: str | None = None  # a pod made again under its name (a StatefulSet's) has a new one
+    restarts: int = 0  # its containers' restarts: each is a broker starting again
 
     def port_named(self, name: str) -> int | None:
         return dict(self.named_ports).get(name)
@@ -102,9 +104,15 @@ def parse_pods(listing: dict[str, Any]) -> list[Pod]:
                 roles=roles,
                 named_ports=named,
                 secrets=tuple(str(s) for s in secrets if s),
+                uid=metadata.get("uid"),
+                restarts=_restarts(status),
             )
         )
     return sorted(pods, key=lambda p: p.name)
+
+
+def _restarts(status: dict[str, Any]) -> int:
+    return sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
 
 
 def pod_for(host: str, port: int, pods: list[Pod]) -> Pod | None:

@@ -62,6 +62,7 @@ class PortForward:
         healthy_after: float = 1.0,
         keepalive: float = 60.0,
         probe: Probe | None = None,
+        starting: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kubectl = kubectl
         self.resolve_pod = resolve_pod
@@ -71,6 +72,7 @@ class PortForward:
         self.healthy_after = healthy_after
         self.keepalive = keepalive
         self.probe = probe or probe_through  # asks what is behind the forward for an answer
+        self.starting = starting  # whether its pod is known to be starting (pod_follow.py)
         self.pod: str | None = None
         self.local_port: int | None = None
         self.state = "starting"
@@ -90,6 +92,7 @@ class PortForward:
         self._ready = asyncio.Event()
         self._refused = asyncio.Event()  # the last start was refused for good (RBAC)
         self._stopping = False
+        self._woken = asyncio.Event()  # ends a pause between tries: the pod is Ready now
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -173,14 +176,18 @@ class PortForward:
             if pending:  # a pod coming up is looked at every `low` seconds until it is up
                 failures = 1
             low, high = self.backoff
+            if self.starting():  # its JVM is on its way: a second at most, not 30
+                high = low
             # after a forward that worked, at once; backoff from the second try
             delay = 0.0 if failures == 0 else min(high, low * 2 ** (failures - 1))
             delay *= random.uniform(0.5, 1.0)
             self.state = f"restarting in {delay:.1f}s"
             self.restarts += 1
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), delay)
 
     async def _run_once(self) -> None:
+        self._woken.clear()  # a wake from now on ends the pause after this try
         self.local_port_was_up = False
         self._replaced_because = None
         self._trouble = 0
@@ -256,6 +263,26 @@ class PortForward:
             if self.local_port is not None:
                 self.check("periodic check")
 
+    def wake(self, why: str) -> None:
+        """Try now rather than at the end of the pause: the pod is Ready."""
+        if self.local_port is None and not self._stopping:
+            log.debug("port-forward to pod/%s :%d: trying now, %s", self.pod, self.port, why)
+            self._woken.set()
+
+    def replace(self, why: str) -> None:
+        """End the running kubectl (it reaches a pod that is gone); the supervisor starts
+        another at once."""
+        process = self.process
+        if process is None or process.returncode is not None or self._stopping:
+            return
+        if self._replaced_because is not None:
+            return
+        log.info("port-forward to pod/%s :%d: replacing it, %s", self.pod, self.port, why)
+        self._replaced_because = self.last_replacement = why
+        self.replacements += 1
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
     def check(self, signal: str) -> None:
         """Probe the forward (once at a time); replace it if the broker does not answer."""
         if self._probing is not None and not self._probing.done():
@@ -290,10 +317,11 @@ class PortForward:
             return
         log.warning("port-forward to pod/%s :%d stopped working (%s; %s): replacing it",
                     self.pod, self.port, failure, signal)  # fmt: skip
-        self._replaced_because = self.last_replacement = f"{failure} after {signal}"
-        self.replacements += 1
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        if self._replaced_because is None:
+            self._replaced_because = self.last_replacement = f"{failure} after {signal}"
+            self.replacements += 1
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
 
 
 async def probe_through(port: int, timeout: float) -> str | None:

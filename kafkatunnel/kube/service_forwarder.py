@@ -53,6 +53,8 @@ class Chosen:
 class ServiceForwarder(KubectlForwarder, CompanionForwarder):
     """Forwards by service name: open(NAME, PORT) reaches service NAME's port PORT."""
 
+    follows_pods = False  # a service's pods are found anew on each try (_resolve)
+
     def __init__(
         self,
         brokers: KubectlForwarder,

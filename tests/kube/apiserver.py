@@ -101,7 +101,8 @@ def pod_json(pod: dict[str, Any], namespace: str) -> Any:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod["name"], "namespace": namespace, "uid": POD_UID,
+        "metadata": {"name": pod["name"], "namespace": namespace,
+                     "uid": pod.get("uid", POD_UID),
                      "labels": pod.get("labels", {})},
         "spec": {"containers": [{"name": "kafka", "env": env, "ports": [
             {"containerPort": p, **({"name": n} if (n := names.get(str(p))) else {})}
@@ -132,6 +133,10 @@ class Api:
 
     def world(self) -> Any:
         return json.loads(Path(self.world_path).read_text())
+
+    def version(self) -> str:
+        """The world's resourceVersion: it changes whenever a test rewrites the file."""
+        return str(os.stat(self.world_path).st_mtime_ns)
 
     def forbidden(
         self, world: Any, verb: str, resource: str, namespace: str | None, rule: str = ""
@@ -171,7 +176,8 @@ class Api:
                 return refused
             items = [pod_json(p, ns) for ns, space in spaces.items() for p in space["pods"]
                      if matches(p.get("labels", {}), selector)]  # fmt: skip
-            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+            return 200, {"kind": "PodList", "apiVersion": "v1", "items": items,
+                         "metadata": {"resourceVersion": self.version()}}  # fmt: skip
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4:
             refused = self.forbidden(world, "get", "namespaces", None)
             if refused:
@@ -193,7 +199,8 @@ class Api:
                 return refused
             items = [pod_json(p, namespace) for p in space["pods"]
                      if matches(p.get("labels", {}), selector)]  # fmt: skip
-            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+            return 200, {"kind": "PodList", "apiVersion": "v1", "items": items,
+                         "metadata": {"resourceVersion": self.version()}}  # fmt: skip
         if kind == "pods":
             refused = self.forbidden(world, "get", "pods", namespace)
             if refused:
@@ -386,8 +393,12 @@ class Server:
                 if url.path.endswith("/portforward"):
                     await self.port_forward(world, url.path, headers, reader, writer)
                     return
+                query = parse_qs(url.query)
+                if method == "GET" and query.get("watch") == ["true"]:
+                    await self.watch(world, url.path, query, reader, writer)
+                    return
                 if method == "GET":
-                    code, answer = self.api.get(world, url.path, parse_qs(url.query))
+                    code, answer = self.api.get(world, url.path, query)
                 elif method == "POST" and url.path.endswith("/selfsubjectaccessreviews"):
                     protobuf = headers.get("content-type", "").endswith("protobuf")
                     code, answer = self.api.review(
@@ -396,6 +407,52 @@ class Server:
                 else:
                     code, answer = status(405, "MethodNotAllowed", f"{method} {url.path}")
                 await respond(writer, code, answer)
+        writer.close()
+
+    async def watch(
+        self,
+        world: Any,
+        path: str,
+        query: dict[str, list[str]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """`?watch=true` on a namespace's pods: from the world as it is now, each change of
+        its pods as a watch event (ADDED, MODIFIED, DELETED), one JSON object per chunk as
+        kube-apiserver streams them, until the client goes."""
+        parts = path.strip("/").split("/")  # api v1 namespaces NS pods
+        if len(parts) != 5 or parts[4] != "pods":
+            await respond(writer, *status(405, "MethodNotAllowed", f"watch {path}"))
+            return
+        namespace, selector = parts[3], query.get("labelSelector", [""])[0]
+        refused = self.api.forbidden(world, "watch", "pods", namespace)
+        if refused:
+            await respond(writer, *refused)
+            return
+
+        def pods() -> dict[str, Any]:
+            space = self.api.world()["namespaces"].get(namespace, {"pods": []})
+            return {p["name"]: pod_json(p, namespace) for p in space["pods"]
+                    if matches(p.get("labels", {}), selector)}  # fmt: skip
+
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        # from the listing kubectl made first: what changed since is sent at once
+        since = query.get("resourceVersion", [""])[0]
+        shown = pods() if since == self.api.version() else {}
+        with contextlib.suppress(ConnectionError):
+            while not reader.at_eof() and not writer.is_closing():
+                await asyncio.sleep(0.1)
+                with contextlib.suppress(OSError, ValueError):  # the file being rewritten
+                    now = pods()
+                    events = [("DELETED", shown[n]) for n in sorted(set(shown) - set(now))] + [
+                        ("MODIFIED" if n in shown else "ADDED", pod)
+                        for n, pod in sorted(now.items()) if shown.get(n) != pod]  # fmt: skip
+                    for kind, pod in events:
+                        data = json.dumps({"type": kind, "object": pod}).encode() + b"\n"
+                        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    shown = now
+                await writer.drain()
         writer.close()
 
     async def port_forward(
