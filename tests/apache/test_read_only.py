@@ -465,3 +465,92 @@ def test_a_streams_application_stops_on_its_authorization_error_and_creates_no_t
     listed = apache_kafka.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
                                apache_kafka.bootstrap(), "--list")  # fmt: skip
     assert not [t for t in listed.split() if t.startswith(application)], listed
+
+
+# Kafka's own tools, as a read-only user runs them: each answers through the tunnel as it
+# does directly (addresses aside), so nothing a reader asks is refused. kafka-acls answers
+# "security disabled" on this cluster (it has no authorizer) both ways: DescribeAcls passed.
+READ_ONLY_TOOLS = {
+    "kafka-topics --list": ("org.apache.kafka.tools.TopicCommand", "--list"),
+    "kafka-topics --describe": ("org.apache.kafka.tools.TopicCommand", "--describe",
+                                "--topic", "{topic}"),
+    "kafka-consumer-groups --list": (GROUPS, "--list"),
+    "kafka-consumer-groups --describe": (GROUPS, "--describe", "--group", "{topic}-tools",
+                                         "--offsets"),
+    "kafka-configs --describe topic": ("org.apache.kafka.tools.ConfigCommand", "--describe",
+                                       "--entity-type", "topics", "--entity-name", "{topic}"),
+    "kafka-configs --describe brokers": ("org.apache.kafka.tools.ConfigCommand", "--describe",
+                                         "--entity-type", "brokers", "--all",
+                                         "--entity-name", "1"),
+    "kafka-configs --describe group": ("org.apache.kafka.tools.ConfigCommand", "--describe",
+                                       "--entity-type", "groups", "--entity-name",
+                                       "{topic}-tools"),
+    "kafka-acls --list": ("org.apache.kafka.tools.AclCommand", "--list"),
+    "kafka-share-groups --list": ("org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+                                  "--list"),
+    "kafka-share-groups --describe": (
+        "org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--describe", "--group",
+        "{topic}-share"),
+    "kafka-features --describe": ("org.apache.kafka.tools.FeatureCommand", "describe"),
+    "kafka-metadata-quorum --describe": ("org.apache.kafka.tools.MetadataQuorumCommand",
+                                         "describe", "--status"),
+}  # fmt: skip
+
+
+def _said_plainly(text: str) -> str:
+    """A tool's output without what differs between asking directly and through the
+    tunnel, or from one moment to the next: broker addresses, client addresses, Java's
+    stack frames, and the cluster's clocks (epochs, offsets, lags, timestamps)."""
+    text = re.sub(r"\[?[\w.:-]+\]?:\d{2,5}\b", "ADDRESS", text)
+    text = re.sub(r'("?\w*(?:epoch|highwatermark|timestamp|lag|offset)\w*"?:?\s*)-?\d+', r"\1N",
+                  text, flags=re.IGNORECASE)  # fmt: skip
+    text = re.sub(r"/\d+\.\d+\.\d+\.\d+", "/CLIENT", text)
+    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("at "))
+
+
+@pytest.fixture(scope="module")
+def tool_groups(apache_kafka: ApacheKafka, topic: str, java_classes: str) -> str:
+    """A consumer group whose member is gone and whose offsets are kept, made directly:
+    what kafka-consumer-groups and kafka-configs describe."""
+    group = f"{topic}-tools"
+    client = ["java", "-Xmx256m", "-cp", java_classes, "JavaClient", "consume",
+              apache_kafka.bootstrap(), topic, group, str(MESSAGES), "classic"]  # fmt: skip
+    result = subprocess.run(apache_kafka.inside(client), capture_output=True, text=True,
+                            timeout=DEADLINE)  # fmt: skip
+    assert f"CONSUMED {MESSAGES}" in result.stdout, result.stderr[-2000:]
+    return topic
+
+
+@pytest.mark.parametrize("tool", list(READ_ONLY_TOOLS))
+def test_every_read_only_tool_answers_as_it_does_directly(
+    apache_kafka: ApacheKafka, through: str, tool_groups: str, tool: str
+) -> None:
+    main_class, *args = (a.format(topic=tool_groups) for a in READ_ONLY_TOOLS[tool])
+    direct = subprocess.run(
+        apache_kafka.inside(["java", *HEAP, "-cp", f"{apache_kafka.lib}/*", main_class,
+                             "--bootstrap-server", apache_kafka.bootstrap(), *args]),
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    tunneled = _tool(apache_kafka, main_class, "--bootstrap-server", through, *args)
+    said = tunneled.stdout + tunneled.stderr
+    assert DENIED not in said and "uthorization" not in said, said[-3000:]
+    assert tunneled.returncode == direct.returncode, (said[-3000:], direct.stderr[-2000:])
+    assert _said_plainly(tunneled.stdout) == _said_plainly(direct.stdout), (
+        tunneled.stdout, direct.stdout)  # fmt: skip
+
+
+def test_a_share_consumer_reads_every_record_and_the_share_group_keeps_its_place(
+    apache_kafka: ApacheKafka, through: str, topic: str, java_classes: str
+) -> None:
+    """KafkaShareConsumer (KIP-932) through read-only: its own membership, fetches and
+    acknowledgements pass; it reads every record of the topic, set by the group's owner
+    (directly) to start at the earliest."""
+    group = f"{topic}-share"
+    apache_kafka.tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+                      apache_kafka.bootstrap(), "--alter", "--entity-type", "groups",
+                      "--entity-name", group,
+                      "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
+    share = ["java", *HEAP, "-cp", java_classes, "JavaClient", "share", through, topic, group,
+             str(MESSAGES), "120"]  # fmt: skip
+    result = subprocess.run(share, capture_output=True, text=True, timeout=DEADLINE + 120)
+    assert f"CONSUMED {MESSAGES}" in result.stdout, result.stderr[-3000:]
