@@ -102,7 +102,7 @@ def check_kubectl(kubectl: Kubectl, start: StartCheck | None = None) -> list[Res
         kubectl = start.forwarder.kubectl  # in the namespace up would use
     out += _check_rbac(kubectl)
     if start is not None and found:
-        rbac_ok = all(r.status == PASS for r in out)
+        rbac_ok = all(r.status != FAIL for r in out)  # an optional verb is skipped
         out += _check_secrets(start.forwarder)
         out.append(_check_companions(start.forwarder))
         out.append(_check_forward(start, rbac_ok=rbac_ok))
@@ -140,7 +140,25 @@ def _check_rbac(kubectl: Kubectl) -> list[Result]:
                 f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
                 f"(check: kubectl {' '.join(can_i_args(verb, resource))})",
             ))  # fmt: skip
+    out.append(_check_watch(kubectl, where))
     return out
+
+
+def _check_watch(kubectl: Kubectl, where: str) -> Result:
+    """`watch` on pods is optional: with it `up` follows the broker pods as they change;
+    without it, it lists them every second while a broker is down."""
+    name = "RBAC: watch pods (optional)"
+    try:
+        allowed = asyncio.run(kubectl.can_i("watch", "pods"))
+    except (KubectlError, TimeoutError, OSError) as error:
+        return Result(name, SKIP, "could not ask", str(error))
+    if allowed:
+        return Result(name, PASS, f"allowed{where}: up follows the broker pods as they change")
+    return Result(
+        name, SKIP, f"not granted{where}: up lists the pods every second while a broker is down",
+        "for a broker pod made again to be followed the moment it changes, ask for `watch` on "
+        f"`pods`{where} (check: kubectl {' '.join(can_i_args('watch', 'pods'))})",
+    )  # fmt: skip
 
 
 def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:

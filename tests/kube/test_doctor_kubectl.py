@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kafkatunnel.doctor import FAIL, PASS, check_kubectl
+from kafkatunnel.doctor import FAIL, PASS, SKIP, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
 from tests.kube.conftest import World
 
@@ -19,8 +19,20 @@ def test_everything_a_tunnel_needs_from_kubectl_passes(world: World) -> None:
         "RBAC: get pods": PASS,
         "RBAC: list pods": PASS,
         "RBAC: create pods/portforward": PASS,
+        "RBAC: watch pods (optional)": PASS,
     }
     assert results["kubectl context"][1] == "kind-demo"
+
+
+def test_watch_on_pods_not_granted_is_skipped_with_what_it_would_buy(world: World) -> None:
+    world(forbidden=["watch pods"])
+    results = _by_check(Kubectl(namespace="kafka"))
+    status, detail, fix = results["RBAC: watch pods (optional)"]
+    assert status == SKIP, (status, detail)
+    assert detail == "not granted in namespace kafka: up lists the pods every second while a " \
+        "broker is down"  # fmt: skip
+    assert "ask for `watch` on `pods`" in fix
+    assert all(r[0] == PASS for c, r in results.items() if c != "RBAC: watch pods (optional)")
 
 
 def test_kubectl_missing(world: World) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.doctor import FAIL, PASS, RBAC_VERBS, check_kubectl
+from kafkatunnel.doctor import FAIL, PASS, RBAC_VERBS, SKIP, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.localcluster import free_port
 from kafkatunnel.localcluster.kubernetes import KubernetesCluster, User
@@ -21,6 +21,7 @@ from tests.kube.real.conftest import ECHO_PORT
 from tests.kube.real.test_port_forward import echo_through_forward, echoed
 
 Rule = dict[str, list[str]]
+WATCH = "RBAC: watch pods (optional)"
 PODS: Rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
 PORTFORWARD: Rule = {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]}
 
@@ -128,7 +129,7 @@ def test_without_each_permission_up_and_doctor_stop_naming_it(
     assert f'RBAC forbids {missing} in namespace "default" for user "{name}"' in text, text
     assert "Traceback" not in text, text
     expected = {f"RBAC: {verb} {resource}": PASS for verb, resource in RBAC_VERBS}
-    assert _rbac(user) == {**expected, f"RBAC: {missing}": FAIL}
+    assert _rbac(user) == {**expected, f"RBAC: {missing}": FAIL, WATCH: SKIP}
 
 
 def test_doctor_passes_a_user_with_exactly_those_permissions(forwarder: User) -> None:
@@ -139,4 +140,11 @@ def test_doctor_passes_a_user_with_exactly_those_permissions(forwarder: User) ->
         "RBAC: get pods": PASS,
         "RBAC: list pods": PASS,
         "RBAC: create pods/portforward": PASS,
+        WATCH: SKIP,  # optional: not granted, up lists the pods instead
     }
+
+
+def test_doctor_says_watch_on_pods_is_granted(kubernetes: KubernetesCluster) -> None:
+    watcher = grant(kubernetes, "watcher", [{**PODS, "verbs": ["get", "list", "watch"]},
+                                            PORTFORWARD])  # fmt: skip
+    assert _rbac(watcher)[WATCH] == PASS
