@@ -1,24 +1,31 @@
 """Every kind of group Kafka 4 has, through the tunnel and judged by `kafkatunnel verify` on
 Apache Kafka: share groups (KIP-932) on every coordinator, recorded through `up` and captured
-through the one-forward workaround; and groups of every kind whose coordinator is restarted
-under them, which a CI gate must not call misrouted."""
+through the one-forward workaround; groups of every kind whose coordinator is restarted
+under them, and a client that rebootstraps (KIP-1242) when the tunnel comes back with its
+brokers on other ports, which a CI gate must not call misrouted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.localcluster.apache import JIT, LISTENERS, ApacheKafka, OneForward
+from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.localcluster.workload import consume_group, produce, produce_transaction
 from kafkatunnel.protocol import api_title
-from kafkatunnel.waiting import DeadlineExceeded, wait_for
+from kafkatunnel.verify.events import LOOKUP, MISDIRECTED
+from kafkatunnel.verify.job import decode_path, expand
+from kafkatunnel.waiting import DeadlineExceeded, NeverHolds, wait_for
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_clients import api_requests
 from tests.apache.test_verify import one_partition_led_by_broker_0
@@ -27,7 +34,7 @@ MESSAGES = 20
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
-SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 14, 68, 76
+FETCH, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT = 1, 14, 68, 76
 
 
 def judged(path: Path, *flags: str) -> tuple[int, dict[str, dict[str, Any]], str]:
@@ -247,3 +254,120 @@ def test_the_first_groups_of_a_new_cluster_are_judged_ok(java_classes: str, tmp_
         assert verdict["group_type"] == (None if kind == "transactional" else kind), verdict
         met += sum(verdict["errors"].values())
     assert met >= 1, verdicts
+
+
+@contextlib.contextmanager
+def tunnel_on(
+    kafka: ApacheKafka, listen: int, ports: dict[int, int], recording: Path
+) -> Iterator[str]:
+    """`kafkatunnel up --record` on a bootstrap port and broker ports (`--broker-port
+    NODE=PORT`) the test chooses, so that a later run can take the same ports, or swap them."""
+    pinned = [flag for node, port in sorted(ports.items())
+              for flag in ("--broker-port", f"{node}={port}")]  # fmt: skip
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
+         "--bootstrap", kafka.bootstrap("plain"), "--exec", kafka.exec_template(),
+         "--listen", f"127.0.0.1:{listen}", *pinned, "--record", str(recording)],
+        name="kafkatunnel-up-apache-pinned",
+    )  # fmt: skip
+    try:
+        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+    finally:
+        up.stop()
+
+
+def run_of(recording_file: str) -> str:
+    """The tunnel run a recording file is from: kafkatunnel-STAMP-RUN-INDEX.pcapng."""
+    return Path(recording_file).name.split("-")[2]
+
+
+@contextlib.contextmanager
+def loopback_capture(path: Path, ports: Iterable[int]) -> Iterator[None]:
+    """tcpdump on the loopback, of the given tunnel ports: a recording leaves out the
+    ApiVersions exchanges of Kafka 4.4's clients (v5, newer than the schemas it reads), so
+    only a plain capture shows a broker refusing them."""
+    only = " or ".join(f"tcp port {port}" for port in ports)
+    tcpdump = ManagedProcess(["tcpdump", "-i", "lo", "-U", "-w", str(path), only],
+                             name="tcpdump")  # fmt: skip
+    try:
+        tcpdump.wait_for_line(r"listening on lo", timeout=10)
+        yield
+    finally:
+        tcpdump.stop()
+
+
+@contextlib.contextmanager
+def running(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """A client program, its output read at its end (communicate); killed if still running."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def test_a_java_client_that_rebootstraps_through_the_tunnel_is_judged_ok(
+    apache_kafka: ApacheKafka, java_classes: str, tmp_path: Path
+) -> None:
+    """A recording of a Kafka 4.4 Java client that rebootstraps through the tunnel is judged
+    ok. A classic consumer group, led and coordinated by broker 0, reads through `up
+    --record`; the tunnel is stopped and started again on the same bootstrap port and
+    recording directory with brokers 1 and 2 on each other's ports and broker 0 on a new
+    one, while the client is paused (SIGSTOP: a laptop asleep). When it goes on, broker 0's
+    old port leads nowhere and the only other brokers it knows, 1 and 2, are each behind the
+    other's port: the broker there refuses the connection (ApiVersions v5 answered
+    REBOOTSTRAP_REQUIRED, KIP-1242), and the client rebootstraps, looks its coordinator up
+    again and reads every record. (A client awake through the restart finds no broker at
+    all and rebootstraps without being refused, KIP-899; one whose old addresses all lead
+    to other brokers can, once it has rebootstrapped and forgotten the cluster id, keep a
+    connection to the wrong one.) verify --strict judges the group ok."""
+    topic = one_partition_led_by_broker_0(apache_kafka)
+    group = apache_kafka.groups_by_coordinator(1, f"{topic}-g")[0][0]
+    listen = free_port_run(5)
+    ports = {node: listen + 1 + node for node in range(3)}
+    turned = {0: listen + 4, 1: ports[2], 2: ports[1]}
+    recording, capture = tmp_path / "recording", tmp_path / "loopback.pcap"
+    total = 2 * MESSAGES
+    argv = ["java", "-Xmx256m", JIT, "-cp", java_classes, "JavaClient", "consume",
+            f"127.0.0.1:{listen}", topic, group, str(total), "classic"]  # fmt: skip
+
+    with contextlib.ExitStack() as first_tunnel:
+        bootstrap = first_tunnel.enter_context(tunnel_on(apache_kafka, listen, ports, recording))
+        assert produce(bootstrap, topic, MESSAGES, prefix="before") == MESSAGES
+        with running(argv) as consumer:
+
+            def reading() -> bool:
+                if consumer.poll() is not None:
+                    raise NeverHolds(f"the consumer ended early: {consumer.communicate()}")
+                sent = api_requests(bootstrap)
+                return sent[api_title(SYNC_GROUP)] >= 1 and sent[api_title(FETCH)] >= 1
+
+            wait_for(reading, timeout=90, interval=0.5, what="the consumer to join and fetch")
+            os.kill(consumer.pid, signal.SIGSTOP)
+            first_tunnel.close()  # the tunnel stops while the client is paused
+            (first_run,) = {run_of(f) for f in expand([str(recording)])}
+            with (
+                loopback_capture(capture, {*ports.values(), *turned.values()}),
+                tunnel_on(apache_kafka, listen, turned, recording) as again,
+            ):
+                assert again == bootstrap, (again, bootstrap)
+                os.kill(consumer.pid, signal.SIGCONT)
+                assert produce(bootstrap, topic, MESSAGES, prefix="after") == MESSAGES
+                out, err = consumer.communicate(timeout=200)
+    assert consumed(subprocess.CompletedProcess(argv, consumer.returncode, out, err)) == total
+
+    # It was refused: a connection meant for broker 1 or 2 reached the other (the capture's).
+    refused = [e.node for e in decode_path(str(capture)).events if e.kind == MISDIRECTED]
+    assert refused and set(refused) <= {1, 2}, refused
+    files = expand([str(recording)])
+    (second_run,) = {run_of(f) for f in files} - {first_run}
+    looked_up = {(event.conn.run, event.node) for f in files for event in decode_path(f).events
+                 if event.kind == LOOKUP and event.key == group}  # fmt: skip
+    assert looked_up == {(first_run, 0), (second_run, 0)}, looked_up  # and again, after it
+    code, verdicts, said = judged(recording, "--strict")
+    assert code == 0, said
+    verdict = verdicts[group]
+    assert (verdict["verdict"], verdict["group_type"]) == ("ok", "classic"), verdict
+    assert verdict["coordinator"] == 0, verdict
