@@ -146,7 +146,7 @@ def _check_rbac(kubectl: Kubectl) -> list[Result]:
 
 def _check_watch(kubectl: Kubectl, where: str) -> Result:
     """`watch` on pods is optional: with it `up` follows the broker pods as they change;
-    without it, it lists them every second while a broker is down."""
+    without it, it lists them every half second while a broker is down."""
     name = "RBAC: watch pods (optional)"
     try:
         allowed = asyncio.run(kubectl.can_i("watch", "pods"))
@@ -155,7 +155,8 @@ def _check_watch(kubectl: Kubectl, where: str) -> Result:
     if allowed:
         return Result(name, PASS, f"allowed{where}: up follows the broker pods as they change")
     return Result(
-        name, SKIP, f"not granted{where}: up lists the pods every second while a broker is down",
+        name, SKIP,
+        f"not granted{where}: up lists the pods every half second while a broker is down",
         "for a broker pod made again to be followed the moment it changes, ask for `watch` on "
         f"`pods`{where} (check: kubectl {' '.join(can_i_args('watch', 'pods'))})",
     )  # fmt: skip

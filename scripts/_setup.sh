@@ -91,9 +91,9 @@ kt_unpack_for_tests() {
     kt_apt_update  # no package lists yet
     (cd "$work" && apt-get download -q "$package" >/dev/null)
   fi
-  mkdir -p "$target"
-  dpkg -x "$work/${package}"_*.deb "$target"
-  rm -rf "$work"
+  rm -rf "$target.partial" && mkdir -p "$target.partial"
+  dpkg -x "$work/${package}"_*.deb "$target.partial"
+  rm -rf "$work" "$target" && mv "$target.partial" "$target"
 }
 
 # systemd-resolved: installed, the package would take over this machine's
@@ -402,5 +402,31 @@ kt_kubernetes() {
     tar -C "$work/root" -cf "$KT_JAVA_ROOTFS.partial" .
     mv "$KT_JAVA_ROOTFS.partial" "$KT_JAVA_ROOTFS"
     rm -rf "$work"
+  fi
+}
+
+# Set-up steps side by side: kt_side_by_side "NAME: STEP STEP..." ... Each group's steps run
+# one after another (Maven's local repository takes one writer at a time, so every Maven
+# step is in one group); the groups run at once, the long builds among them from the start.
+# Each line a group prints comes prefixed with its name as it happens. Every group runs to
+# its end; then a group that failed is named, and the set-up fails.
+kt_side_by_side() {
+  local group name names=() failed=() statuses
+  statuses="$(mktemp -d)"
+  for group in "$@"; do
+    name="${group%%:*}"
+    names+=("$name")
+    # shellcheck disable=SC2086  # the steps are words
+    { (for step in ${group#*:}; do "$step"; done) 2>&1; echo "$?" >"$statuses/$name"; } |
+      sed -u "s/^/  $name: /" >&2 &
+  done
+  wait
+  for name in "${names[@]}"; do
+    [ "$(cat "$statuses/$name" 2>/dev/null)" = 0 ] || failed+=("$name")
+  done
+  rm -rf "$statuses"
+  if [ ${#failed[@]} -gt 0 ]; then
+    kt_log "set-up failed in: ${failed[*]} (their lines above, prefixed with the name, say why)"
+    return 1
   fi
 }

@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from kafkatunnel.cli import background, config, coordinator, demo, dns, doctor, tunnel, verify
+from kafkatunnel.cli.helptext import prepare_help
 from kafkatunnel.cli.output import (
     UNBOUNDED,
     configure_logging,
@@ -72,7 +73,7 @@ app.command()(demo.demo)
 
 def command() -> TyperGroup:
     """The click command behind the app, ready to run: environment variables added, flags
-    shown as flags, and plain-text help where Rich would have to cut lines."""
+    shown as flags, and help that lists everything whole (cli/helptext.py)."""
     group = typer.main.get_command(app)
     assert isinstance(group, TyperGroup)
     add_environment_variables(group)
@@ -80,12 +81,11 @@ def command() -> TyperGroup:
     if plain:  # click wraps and shortens help to fit its width: give it one nothing reaches
         group.context_settings.update(terminal_width=UNBOUNDED, max_content_width=UNBOUNDED)
     for each in _walk(group):
-        if plain:
-            each.rich_markup_mode = None
-            each.format_options = types.MethodType(_options_by_panel, each)  # type: ignore[method-assign]
-        for param in each.params:
+        prepare_help(each, plain)
+        help_option = each.get_help_option(typer.Context(each, **each.context_settings))
+        for param in [*each.params, *([help_option] if help_option else [])]:
             if getattr(param, "is_flag", False) or getattr(param, "count", False):
-                param.metavar = ""  # a flag takes no value: show none
+                param.metavar = ""  # a flag takes no value: show none (Rich: `<bool>`)
             elif isinstance(param, TyperOption):
                 _refuse_empty(param)
     return group
@@ -104,19 +104,6 @@ def _refuse_empty(option: TyperOption) -> None:
         return process(ctx, value)
 
     option.process_value = types.MethodType(process_value, option)  # type: ignore[method-assign]
-
-
-def _options_by_panel(self: TyperCommand | TyperGroup, ctx: typer.Context, formatter: Any) -> None:
-    """Plain help's options, a section per panel as Rich shows them (`up` has a dozen)."""
-    sections: dict[str, list[tuple[str, str]]] = {}
-    for param in self.get_params(ctx):
-        record = param.get_help_record(ctx)
-        if record is not None:
-            panel = getattr(param, "rich_help_panel", None) or "Options"
-            sections.setdefault(panel, []).append(record)
-    for title, records in sections.items():
-        with formatter.section(title):
-            formatter.write_dl(records)
 
 
 def _walk(command: TyperCommand | TyperGroup) -> list[TyperCommand | TyperGroup]:

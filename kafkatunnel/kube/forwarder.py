@@ -32,7 +32,7 @@ from kafkatunnel.tunnel.forwarders import (
 log = logging.getLogger("kafkatunnel.kube")
 
 WAKE_THRESHOLD = 5.0  # seconds the clocks must drift apart to count as a sleep
-POLL_EVERY = 1.0  # seconds between listings of the pods while a broker is down (no watch)
+POLL_EVERY = 0.5  # seconds between listings of the pods while a broker is down (no watch)
 
 
 def suspended_time() -> float:

@@ -29,8 +29,8 @@ def test_watch_on_pods_not_granted_is_skipped_with_what_it_would_buy(world: Worl
     results = _by_check(Kubectl(namespace="kafka"))
     status, detail, fix = results["RBAC: watch pods (optional)"]
     assert status == SKIP, (status, detail)
-    assert detail == "not granted in namespace kafka: up lists the pods every second while a " \
-        "broker is down"  # fmt: skip
+    assert detail == ("not granted in namespace kafka: up lists the pods every half second "
+                      "while a broker is down")  # fmt: skip
     assert "ask for `watch` on `pods`" in fix
     assert all(r[0] == PASS for c, r in results.items() if c != "RBAC: watch pods (optional)")
 

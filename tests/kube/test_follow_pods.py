@@ -20,8 +20,8 @@ import pytest
 from kafkatunnel.demo import LocalCluster
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
-from kafkatunnel.kube.portforward import probe_through
-from kafkatunnel.waiting import async_wait_for
+from kafkatunnel.kube.portforward import PortForward, probe_through
+from kafkatunnel.waiting import DeadlineExceeded, async_wait_for
 from tests.kube.conftest import World
 
 LEAST_PRIVILEGE = ["get pods", "list pods", "create pods/portforward"]
@@ -90,3 +90,32 @@ def _async(check: Any) -> Any:
         return check()
 
     return condition
+
+
+@pytest.mark.parametrize("starting", [True, False])
+def test_a_forward_to_a_starting_pod_never_backs_off_past_a_second(starting: bool) -> None:
+    """A kubectl that fails at once each time (as one does whose connection the pod's
+    port refuses, before its JVM listens): while the pod is known to be starting, the
+    tries come at most a second apart; otherwise the backoff doubles (1, 2, 4, 8 s...)."""
+
+    async def pod() -> str:
+        return "kafka-1"
+
+    async def run() -> float:
+        forward = PortForward(Kubectl(binary="false"), pod, 9092, lambda: None,
+                              backoff=(1.0, 30.0), starting=lambda: starting)  # fmt: skip
+        began = time.monotonic()
+        forward.start()
+        try:
+            await async_wait_for(_async(lambda: forward.restarts >= 6), timeout=12,
+                                 what="six tries of the forward")  # fmt: skip
+            return time.monotonic() - began
+        finally:
+            await forward.stop()
+
+    if starting:
+        took = asyncio.run(run())
+        assert took < 8, took  # five pauses of at most a second, and six kubectl runs
+    else:  # five pauses of 0.5-1, 1-2, 2-4, 4-8 and 8-16 s: not within the deadline
+        with pytest.raises(DeadlineExceeded):
+            asyncio.run(run())

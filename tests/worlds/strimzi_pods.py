@@ -183,10 +183,12 @@ class StrimziKafka:
             raise
         return self
 
-    def replace_pod(self, node: int, *, grace: int = 30) -> dict[str, Any]:
+    def replace_pod(self, node: int, *, grace: int = 30, probed: bool = True) -> dict[str, Any]:
         """Delete node's pod (with `grace` seconds to shut down, Strimzi's default) and make
-        it again, as a StrimziPodSet does: a new pod, a new IP, the same volume. Returns the
-        new pod once Running and every pod's /etc/hosts knows its address."""
+        it again, as a StrimziPodSet does: a new pod, a new IP, the same volume (without a
+        readiness probe when not `probed`: Ready as its container starts, long before
+        Kafka listens, as a chart without one has it). Returns the new pod once Running
+        and every pod's /etc/hosts knows its address."""
         path = self._pod_path(node)
         self.kube.api("DELETE", path, {"gracePeriodSeconds": grace})
 
@@ -201,10 +203,13 @@ class StrimziKafka:
         # the copy names the old pod's IP: the new container waits for the one written
         # once it runs, not for names that send it (and who asks it) to an address now gone
         (self.workdir / "config" / "hosts").write_text("")
-        self.kube.create_pod(self._pod(node), namespace=self.namespace)
+        pod = self._pod(node)
+        if not probed:
+            del pod["spec"]["containers"][0]["readinessProbe"]
+        self.kube.create_pod(pod, namespace=self.namespace)
         self._write_hosts()
-        pod: dict[str, Any] = self.kube.api("GET", path)
-        return pod
+        made: dict[str, Any] = self.kube.api("GET", path)
+        return made
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Until every pod is Ready and every broker in the metadata, and a group has a

@@ -40,12 +40,14 @@ from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.apache.test_clients import java
 from tests.kube.conftest import BEFORE_WEBSOCKETS, KUBECTLS, NEWEST
+from tests.kube.real.test_rbac import PODS, PORTFORWARD, grant
 from tests.worlds.apache import LISTENERS
+from tests.worlds.kubernetes import KubernetesCluster
 from tests.worlds.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
 
 MESSAGES = 30
 CLIENTS = Path(__file__).resolve().parents[2] / "apache" / "clients"  # the Java client
-FOUND_WITHIN = 10.0  # seconds from a new broker pod's readiness to a forward reaching it
+FOUND_WITHIN = 2.0  # seconds from a new broker pod's readiness to a forward reaching it
 
 
 @contextmanager
@@ -277,31 +279,74 @@ def test_the_tunnel_logs_in_as_a_scram_kafka_user_and_clients_need_no_settings(
     assert strimzi_kafka.scram_password not in said
 
 
+@pytest.mark.parametrize(("rbac", "probed"), [("watch", True), ("listing", True),
+                                              ("watch", False)],
+                         ids=["watch", "listing", "no-readiness-probe"])  # fmt: skip
 def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
-    strimzi_kafka: StrimziKafka,
+    strimzi_kafka: StrimziKafka, kubernetes: KubernetesCluster, rbac: str, probed: bool
 ) -> None:
     """Broker 1's pod deleted (30 s to shut down, as Strimzi gives it) and made again, as a
     StrimziPodSet makes it, with a new pod IP and its volume, while a producer writes with
     acks=all to a topic of three replicas (min.insync.replicas 2) and a group consumes,
-    all through one `up`: every acknowledged record is read afterwards, and the tunnel's
-    broker 1 answers from the new pod."""
+    all through one `up` (as the admin, who may watch pods; or as a user whose Role grants
+    only get/list pods and create pods/portforward): every acknowledged record is read
+    afterwards, and the tunnel's broker 1 answers from the new pod within FOUND_WITHIN of
+    its readiness (its probe is Kafka's client port: Ready is Kafka listening), with no
+    connection failing after it. Without a readiness probe the pod is Ready long before
+    Kafka listens, and the forward fails meanwhile: it is reached within FOUND_WITHIN of
+    Kafka listening (a forward to a starting pod never backs off past a second)."""
     before = strimzi_kafka.pod_ips()[1]
-    with up(strimzi_kafka) as (bootstrap, process):
+    user = (
+        None
+        if rbac == "watch"
+        else grant(
+            kubernetes,
+            f"lister-{uuid.uuid4().hex[:6]}",
+            [PODS, PORTFORWARD],
+            strimzi_kafka.namespace,
+        )
+    )
+    flags = () if user is None else ("-n", strimzi_kafka.namespace)
+    kubeconfig = None if user is None else user.kubeconfig
+    with up(strimzi_kafka, *flags, kubeconfig=kubeconfig) as (
+        bootstrap, process,
+    ):  # fmt: skip
         local = line(process, r"^broker 1: (\S+) -> ")[1]
         with under_load(bootstrap, "strimzi-moved") as load:
-            moved = strimzi_kafka.replace_pod(1)
-            strimzi_kafka.wait_ready()
+            moved = strimzi_kafka.replace_pod(1, probed=probed)
+            name = strimzi_kafka.pod_name(1)
+            strimzi_kafka.kube.wait_pod_ready(name, namespace=strimzi_kafka.namespace,
+                                              timeout=240)  # fmt: skip
+            if not probed:  # Ready already: from the moment Kafka listens in the pod
+                ip = moved["status"]["podIP"]
+
+                def listening() -> bool:
+                    strimzi_kafka.connect(ip, LISTENERS["plain"]).close()
+                    return True
+
+                wait_for(listening, timeout=240, interval=0.1,
+                         what=f"Kafka to listen in pod {name}")  # fmt: skip
             back = time.monotonic()
+            errors = broker_errors(bootstrap, 1)
             # broker 1's forward reaches the new pod: it answers with the cluster's metadata
-            wait_for(lambda: answers(local), timeout=60, interval=0.25,
+            wait_for(lambda: answers(local), timeout=60, interval=0.1,
                      what=f"broker 1 to answer through the tunnel ({local})")  # fmt: skip
             found = time.monotonic() - back
+            strimzi_kafka.wait_ready()
             load.wait_acked(200, "records acknowledged after the pod came back")
+            assert broker_errors(bootstrap, 1) == errors, process.output()[-3000:]
     after = moved["status"]["podIP"]
     assert after != before, "the pod came back with its old IP: nothing was shown"
-    print(f"broker 1 answered through the tunnel {found:.1f}s after its new pod was ready; "
+    since = "its new pod was ready" if probed else "Kafka listened in its new pod"
+    print(f"broker 1 answered through the tunnel {found:.1f}s after {since} ({rbac}); "
           f"{len(load.acked)} records acknowledged")  # fmt: skip
     assert found < FOUND_WITHIN, f"{found:.1f}s: {process.output()[-3000:]}"
+
+
+def broker_errors(bootstrap: str, node: int) -> tuple[object, object]:
+    """Broker `node`'s failed connections in `status`: how many, and the last one's error."""
+    (endpoint,) = [e for e in status(bootstrap)["endpoints"] if e["node_id"] == node]
+    return endpoint["errors"], endpoint["last_error"]
 
 
 @pytest.mark.parametrize("component", ["kubelet", "containerd"])
