@@ -143,7 +143,7 @@ kt_maven_jars() {
   mv "$dir.partial" "$dir"
 }
 
-# Apache Kafka, the reference cluster (kafkatunnel/localcluster/apache.py): its jars from
+# Apache Kafka, for `demo --cluster apache` and the tests (kafkatunnel/demo/apache.py): its jars from
 # Maven Central with Maven, once, into a cache outside the repository, pinned by the version
 # in scripts/apache-kafka/pom.xml. Maven comes from Debian when missing.
 KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
@@ -184,7 +184,7 @@ kt_kafka_streams() {
 }
 
 # Keycloak, the identity provider of the tests' OAUTHBEARER listener
-# (kafkatunnel/localcluster/keycloak.py): its server distribution from Maven Central with
+# (tests/worlds/keycloak.py): its server distribution from Maven Central with
 # Maven, once, unpacked into a cache outside the repository at the version
 # scripts/keycloak/pom.xml pins, and built there once for the tests (an in-memory database),
 # so that each start is `kc.sh start --optimized`, with no build of its own.
@@ -342,7 +342,7 @@ kt_client_libraries() {
   mv "$target.partial" "$target"
 }
 
-# A real one-node Kubernetes for the tests (kafkatunnel/localcluster/kubernetes.py):
+# A real one-node Kubernetes for the tests (tests/worlds/kubernetes.py):
 # kube-apiserver, the kubelet and kubectl (the newest kubectl the tests drive) built once from the Go module proxy at the release
 # scripts/kubernetes/go.mod pins (nothing of Kubernetes is in this repository), with that
 # release stamped in as their version, into a cache outside the repository; Go's own caches

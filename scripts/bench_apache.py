@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_apache.py [--rounds 5] [--messages 150000]
 
-The reference cluster (kafkatunnel/localcluster/apache.py: Apache Kafka, three KRaft
+The reference cluster (tests/worlds/apache.py: Apache Kafka, three KRaft
 nodes in a network of their own, advertising Kubernetes names), measured on four paths:
   direct           the client inside the cluster's network (as a pod would be)
   kafkatunnel      `kafkatunnel up --via exec`, each forward `ip netns exec ... socat`
@@ -42,15 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tunnel import TRIPS, _tree, consume, cpu_times, cpu_used, latency, produce
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import (
-    LISTENERS,
-    ApacheKafka,
-    broker_address,
-    broker_host,
-)
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import broker_address, broker_host
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
+from tests.worlds.apache import LISTENERS, ApacheKafka
 
 VALUE = 1024
 HERE = Path(__file__).resolve()

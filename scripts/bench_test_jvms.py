@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kafkatunnel.localcluster import apache
+from kafkatunnel.demo import apache
+from tests.worlds.apache import ApacheKafka
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests/data/recordings/routed"
@@ -39,7 +40,7 @@ def brokers(flags: list[str], idle: float) -> float:
     apache.HEAP = flags
     try:
         started = time.monotonic()
-        with apache.ApacheKafka():
+        with ApacheKafka():
             ready = time.monotonic() - started
             time.sleep(idle)
         return ready

@@ -64,9 +64,9 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v11 import request as produce_v11
 
-from kafkatunnel.localcluster import free_port
-from kafkatunnel.localcluster.harness import TANSU_HOST, start_tansu, tansu_binary
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import free_port
+from kafkatunnel.demo.harness import TANSU_HOST, start_tansu, tansu_binary
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection, encode_request
 
 VALUE = 1024

@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafkatunnel.capture.packets import Capture
 from kafkatunnel.capture.pcapng import PcapngReader
-from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
 from kafkatunnel.verify.calls import FileDecoder
 from kafkatunnel.verify.job import (
     Report,
@@ -39,6 +38,7 @@ from kafkatunnel.verify.job import (
     verify_local,
     verify_spark,
 )
+from tests.worlds.copies import read_sample, record_copies, tag_for
 
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "data" / "recordings" / "routed"
 

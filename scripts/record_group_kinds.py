@@ -1,5 +1,5 @@
 """Make tests/data/recordings/group-kinds, the recording CI verifies for every kind of group
-Kafka 4 has: `up --record` in front of Apache Kafka (kafkatunnel/localcluster/apache.py,
+Kafka 4 has: `up --record` in front of Apache Kafka (tests/worlds/apache.py,
 the reference version) while a group of each kind and a transactional id do their work.
 
     python scripts/record_group_kinds.py [OUT_DIR]   (as root: the cluster runs in a
@@ -25,8 +25,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from kafkatunnel.localcluster.apache import ApacheKafka
-from kafkatunnel.localcluster.workload import consume_group, produce, produce_transaction
+from kafkatunnel.demo.workload import consume_group, produce, produce_transaction
 from tests.apache.conftest import CLIENTS
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_groups import consumed, share_consumer, share_from_earliest
@@ -39,6 +38,7 @@ from tests.apache.test_streams import (
     topics,
     until_running,
 )
+from tests.worlds.apache import ApacheKafka
 
 RECORDS, ORDERS = 10, 30
 

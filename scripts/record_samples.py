@@ -17,8 +17,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.sessions import (
+from kafkatunnel.demo import LocalCluster
+from tests.worlds.sessions import (
     capture_single_forward,
     record_routed_session,
     spread_workload,

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import confluent_kafka
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.demo import LocalCluster, free_port_run
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 

@@ -13,10 +13,10 @@ from typing import Any
 import hypothesis
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, isolation_problem
-from kafkatunnel.localcluster.apache import JIT
-from kafkatunnel.localcluster.netns import list_harness_namespaces
-from kafkatunnel.localcluster.processes import UNOBSERVED, unobserved_task_errors
+from kafkatunnel.demo import LocalCluster, isolation_problem
+from kafkatunnel.demo.apache import JIT
+from kafkatunnel.demo.netns import list_harness_namespaces
+from kafkatunnel.demo.processes import UNOBSERVED, unobserved_task_errors
 
 pytest_plugins = ["tests.scheduling"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster.ports import below_ephemeral_slice, pick_from
+from kafkatunnel.demo.ports import below_ephemeral_slice, pick_from
 
 # Session-scoped worlds that are worth a worker of their own: a JVM. The other session
 # fixtures are cheap (the mock cluster starts in a second or two): each worker has its own.

@@ -17,7 +17,7 @@ import pytest
 from kafkatunnel.cli import main as cli_main
 from kafkatunnel.cli import tunnel as cli_tunnel
 from kafkatunnel.cli.main import main
-from kafkatunnel.localcluster import free_port
+from kafkatunnel.demo import free_port
 
 EXEC = "socat STDIO TCP:{host}:{port}"
 

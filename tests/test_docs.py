@@ -31,9 +31,9 @@ import pytest
 from typer.core import TyperGroup
 
 from kafkatunnel.cli.main import command as kafkatunnel_command
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -204,7 +204,7 @@ S3_ENVIRONMENT = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "us
 # Traffic through the tunnel: messages in `orders`, and a group that reads them.
 TRAFFIC = f"""
 kt_traffic() {{
-    local workload="{sys.executable} -m kafkatunnel.localcluster.workload"
+    local workload="{sys.executable} -m kafkatunnel.demo.workload"
     $workload produce 127.0.0.1:9092 orders 20 >/dev/null
     $workload consume 127.0.0.1:9092 "docs-$RANDOM" orders 20 >/dev/null
 }}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import free_port
+from kafkatunnel.demo import free_port
 
 EXEC = ["--exec", "socat STDIO TCP:{host}:{port}", "--bootstrap", "kafka-0.kafka:9092"]
 UP = ["up", *EXEC, "--listen", "127.0.0.1:{free}", "--start-timeout", "2", "--no-table"]

@@ -22,7 +22,7 @@ LAYERS = {
     "protocol": 1,
     "capture": 2, "dns": 2, "probe": 2,
     "tunnel": 3, "verify": 3, "privileges": 3,
-    "kube": 4, "localcluster": 4,
+    "kube": 4, "demo": 4,
     "doctor": 5,
     "cli": 6,
     "__main__": 7,
@@ -72,6 +72,23 @@ def imports() -> dict[str, set[str]]:
 def test_every_part_has_a_layer() -> None:
     parts = {part_of(m) for m in imports()}
     assert parts <= set(LAYERS), f"give these a layer in LAYERS: {sorted(parts - set(LAYERS))}"
+    assert set(LAYERS) <= parts, f"no longer in the package: {sorted(set(LAYERS) - parts)}"
+
+
+def test_the_package_imports_nothing_of_the_tests_or_the_scripts() -> None:
+    """The tests' worlds (tests/worlds: Kubernetes, Keycloak, Strimzi's pods, the CAs) and
+    the scripts do not ship: the product runs without them, and the demo with what the
+    package holds."""
+    outside = {"tests", "scripts"}
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            wrong += [f"{module_name(path)} imports {name}" for name in names
+                      if name.split(".")[0] in outside]  # fmt: skip
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_imports_run_down_the_layers() -> None:

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.localcluster.workload import consume_group
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.single_forward import SingleForward
+from kafkatunnel.demo.workload import consume_group
 
 MESSAGES = 20
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from kafkatunnel.localcluster import ports
+from kafkatunnel.demo import ports
 
 pytestmark = pytest.mark.quick
 

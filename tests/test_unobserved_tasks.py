@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kafkatunnel.localcluster.processes import ManagedProcess, unobserved_task_errors
+from kafkatunnel.demo.processes import ManagedProcess, unobserved_task_errors
 from kafkatunnel.waiting import wait_for
 
 PRINTS = (

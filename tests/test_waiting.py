@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import NeverHolds
 
 pytestmark = pytest.mark.quick

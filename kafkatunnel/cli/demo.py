@@ -1,5 +1,5 @@
 """`kafkatunnel demo`: the problem and its fix on the embedded local cluster (the library
-side is kafkatunnel.localcluster.demo)."""
+side is kafkatunnel.demo.embedded_demo)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def demo(
     console = make_console()
     keep = Path(record_dir) if record_dir else None
     if cluster == "embedded":
-        from kafkatunnel.localcluster.demo import run_demo
+        from kafkatunnel.demo.embedded_demo import run_demo
 
         report = run_demo(console, keep, spark)
     elif cluster == "apache":
-        from kafkatunnel.localcluster.apache import ApacheKafkaUnavailable, kafka_lib
-        from kafkatunnel.localcluster.apache_demo import run_apache_demo
+        from kafkatunnel.demo.apache import ApacheKafkaUnavailable, kafka_lib
+        from kafkatunnel.demo.apache_demo import run_apache_demo
 
         try:
             kafka_lib()

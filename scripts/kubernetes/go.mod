@@ -1,4 +1,4 @@
-// kube-apiserver and the kubelet of the tests' one-node cluster (kafkatunnel/localcluster/kubernetes.py),
+// kube-apiserver and the kubelet of the tests' one-node cluster (tests/worlds/kubernetes.py),
 // and the kubectl of the same release (the newest kubectl the tests drive, on any machine),
 // built from the Go module proxy by scripts/_setup.sh (kt_kubernetes): our pins, none of Kubernetes' code.
 // Kubernetes' own go.mod replaces its staging modules with directories of its repository

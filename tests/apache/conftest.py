@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import isolation_problem
-from kafkatunnel.localcluster.apache import ApacheKafka
+from kafkatunnel.demo import isolation_problem
+from tests.worlds.apache import ApacheKafka
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 

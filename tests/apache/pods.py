@@ -22,9 +22,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import HEAP, JIT, LOG4J, ApacheKafka
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.apache import HEAP, JIT, LOG4J
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
+from tests.worlds.apache import ApacheKafka
 
 APICURIO_VERSION = "2.4.2.Final"
 CONNECT_VERSION = "4.3.1"  # scripts/kafka-connect/pom.xml's <connect.version>

@@ -1,5 +1,5 @@
 """Apache Kafka itself behind `kafkatunnel up`: three KRaft nodes from Maven Central
-(kafkatunnel/localcluster/apache.py) advertising Kubernetes names in a network of their
+(tests/worlds/apache.py) advertising Kubernetes names in a network of their
 own, with Strimzi's plain, TLS, SCRAM-over-TLS and mutual-TLS listeners. The cluster is
 started once for this package's tests (the `apache_kafka` fixture) and shared."""
 
@@ -22,20 +22,14 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from kafkatunnel.capture.packets import ACK, SYN, Capture
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import (
-    HEAP,
-    KAFKA_3_VERSION,
-    KAFKA_VERSION,
-    SCRAM_PASSWORD,
-    SCRAM_USER,
-    ApacheKafka,
-)
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, consume_groups, produce
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import HEAP, KAFKA_3_VERSION, KAFKA_VERSION
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, consume_groups, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import wait_for
 from tests.apache.pods import CONNECT_VERSION
+from tests.worlds.apache import SCRAM_PASSWORD, SCRAM_USER, ApacheKafka
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 30

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster.apache import JIT, ApacheKafka
+from kafkatunnel.demo.apache import JIT
 from kafkatunnel.protocol import api_title
 from tests.apache.test_apache_kafka import tunnel
+from tests.worlds.apache import ApacheKafka
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 MESSAGES = 20
@@ -311,7 +312,7 @@ def test_docs_clients_md_names_the_versions_tested() -> None:
     import confluent_kafka
     import kafka
 
-    from kafkatunnel.localcluster.apache import KAFKA_VERSION
+    from kafkatunnel.demo.apache import KAFKA_VERSION
 
     table = (Path(__file__).resolve().parents[2] / "docs" / "clients.md").read_text()
     rows = {row.split("|")[1].strip(): row.split("|")[3].strip()

@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import free_port, free_port_run
-from kafkatunnel.localcluster.apache import LISTENERS, ApacheKafka, broker_address
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import free_port, free_port_run
+from kafkatunnel.demo.apache import broker_address
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.apache.pods import (
     CCOMPAT,
@@ -46,6 +46,7 @@ from tests.apache.pods import (
     inside,
 )
 from tests.kube.conftest import APISERVER, KUBECTLS, NEWEST, apiserver_certificate, kubeconfig
+from tests.worlds.apache import LISTENERS, ApacheKafka
 
 pytestmark = pytest.mark.skipif(not KUBECTLS, reason="no real kubectl on this machine")
 

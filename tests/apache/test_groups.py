@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import JIT, LISTENERS, ApacheKafka, OneForward
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, produce, produce_transaction
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import JIT, OneForward
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, produce, produce_transaction
 from kafkatunnel.protocol import api_title
 from kafkatunnel.verify.events import LOOKUP, MISDIRECTED
 from kafkatunnel.verify.job import decode_path, expand
@@ -29,6 +29,7 @@ from kafkatunnel.waiting import DeadlineExceeded, NeverHolds, wait_for
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_clients import api_requests
 from tests.apache.test_verify import one_partition_led_by_broker_0
+from tests.worlds.apache import LISTENERS, ApacheKafka
 
 MESSAGES = 20
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"

@@ -29,17 +29,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import (
-    HEAP,
-    LISTENERS,
-    SCRAM_PASSWORD,
-    SCRAM_USER,
-    ApacheKafka,
-    broker_host,
-)
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_groups, produce
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import HEAP, broker_host
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_groups, produce
 from kafkatunnel.protocol import (
     FrameDecoder,
     LoggedIn,
@@ -58,6 +51,7 @@ from tests.apache.test_apache_kafka import (
 from tests.apache.test_clients import every_coordinator, java, javascript, js_client
 from tests.kio_messages import decode, request_frame
 from tests.tunnel.container import HOST_ADDRESS, Container
+from tests.worlds.apache import LISTENERS, SCRAM_PASSWORD, SCRAM_USER, ApacheKafka
 
 MESSAGES = 30
 INVALID_CREDENTIALS = ("Authentication failed during authentication due to invalid "

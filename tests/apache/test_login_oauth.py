@@ -1,5 +1,5 @@
 """`up --sasl-mechanism OAUTHBEARER`: the tunnel asks a real identity provider (Keycloak,
-localcluster/keycloak.py) for tokens with the client credentials grant and logs in with
+tests/worlds/keycloak.py) for tokens with the client credentials grant and logs in with
 them on Apache Kafka's `oauth` listener, where Kafka's own validator checks each token
 against the realm's keys, audience and issuer. The clients (librdkafka, the Java client,
 a pure-JavaScript client) are given `bootstrap.servers` and nothing else; Keycloak's and
@@ -19,22 +19,9 @@ from typing import Any
 
 import confluent_kafka
 
-from kafkatunnel.localcluster.apache import LISTENERS, ApacheKafka, broker_host
-from kafkatunnel.localcluster.keycloak import (
-    ADMIN_PASSWORD,
-    ADMIN_USER,
-    BRIEF_CLIENT_ID,
-    BRIEF_LIFESPAN,
-    CLIENT_ID,
-    CLIENT_SECRET,
-    ELSEWHERE_CLIENT_ID,
-    KEYCLOAK_VERSION,
-    REALM,
-    Keycloak,
-    realm,
-)
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import produce
+from kafkatunnel.demo.apache import broker_host
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import produce
 from kafkatunnel.waiting import wait_for
 from tests.apache.test_clients import every_coordinator, java, javascript, js_client
 from tests.apache.test_login import (
@@ -48,6 +35,20 @@ from tests.apache.test_login import (
     up_argv,
 )
 from tests.apache.test_reauthentication import client_stats, connected, connections_to_brokers
+from tests.worlds.apache import LISTENERS, ApacheKafka
+from tests.worlds.keycloak import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
+    BRIEF_CLIENT_ID,
+    BRIEF_LIFESPAN,
+    CLIENT_ID,
+    CLIENT_SECRET,
+    ELSEWHERE_CLIENT_ID,
+    KEYCLOAK_VERSION,
+    REALM,
+    Keycloak,
+    realm,
+)
 
 __all__ = ["js_client"]  # a fixture, used by name
 ROOT = Path(__file__).resolve().parents[2]

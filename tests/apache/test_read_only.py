@@ -27,9 +27,9 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.serial import entity_reader
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import HEAP, ApacheKafka
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import HEAP
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection, encode_request
 from kafkatunnel.protocol import (
     FrameDecoder,
@@ -41,6 +41,7 @@ from kafkatunnel.waiting import wait_for
 from tests.apache.test_clients import DEADLINE, MESSAGES, java, javascript, js_client
 from tests.protocol.requests_built import built, error_fields
 from tests.protocol.test_guarded_passage import CHANGING
+from tests.worlds.apache import ApacheKafka
 
 __all__ = ["js_client"]  # a fixture, used by name
 DENIED = "Authorization failed"

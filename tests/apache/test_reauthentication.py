@@ -15,10 +15,10 @@ from typing import Any
 
 import confluent_kafka
 
-from kafkatunnel.localcluster.apache import REAUTH_MS, SCRAM_PASSWORD, ApacheKafka
 from kafkatunnel.waiting import wait_for
 from tests.apache.test_apache_kafka import tls_flags
 from tests.apache.test_login import login_flags, secret_file, status, up
+from tests.worlds.apache import REAUTH_MS, SCRAM_PASSWORD, ApacheKafka
 
 SESSIONS = 3  # session ends each connection lives through
 PACE = 0.05  # seconds between two messages

@@ -32,14 +32,15 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kafkatunnel.localcluster.apache import JIT, KAFKA_VERSION, ApacheKafka
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.apache import JIT, KAFKA_VERSION
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.protocol import api_title
 from kafkatunnel.waiting import wait_for
 from tests.apache.pods import _cache
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_clients import CLIENTS, api_requests
+from tests.worlds.apache import ApacheKafka
 
 STREAMS_GROUP_HEARTBEAT = 88  # KIP-1071's, offered by brokers that run streams groups
 PARTITIONS = 3  # of the input: three tasks for each of the two sub-topologies

@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import ApacheKafka, OneForward
-from kafkatunnel.localcluster.workload import consume_group, produce, produce_transaction
+from kafkatunnel.demo.apache import OneForward
+from kafkatunnel.demo.workload import consume_group, produce, produce_transaction
 from tests.apache.test_apache_kafka import tunnel
+from tests.worlds.apache import ApacheKafka
 
-WORKLOAD = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+WORKLOAD = [sys.executable, "-m", "kafkatunnel.demo.workload"]
 MESSAGES = 20
 
 

@@ -1,6 +1,6 @@
 """The seed's scenario on the last Apache Kafka 3.x (3.9, what many production clusters
 still run): three KRaft nodes of its own, formatted as 3.9 formats them, with the same
-listeners and names as the reference cluster (kafkatunnel/localcluster/apache.py). Groups
+listeners and names as the reference cluster (tests/worlds/apache.py). Groups
 and transactional ids on every coordinator reach it through `up` and are judged ok on the
 recording; through the one-forward workaround only broker 0's work, and verify names the
 others misrouted on the capture.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import isolation_problem
-from kafkatunnel.localcluster.apache import KAFKA_3_VERSION, ApacheKafka
-from kafkatunnel.localcluster.workload import consume_group, produce, produce_transaction
+from kafkatunnel.demo import isolation_problem
+from kafkatunnel.demo.apache import KAFKA_3_VERSION
+from kafkatunnel.demo.workload import consume_group, produce, produce_transaction
 from kafkatunnel.probe import ProbeConnection
 from tests.apache.test_apache_kafka import tunnel
 from tests.apache.test_verify import (
@@ -28,6 +28,7 @@ from tests.apache.test_verify import (
     only_broker_0s_work_through_one_forward,
     verify,
 )
+from tests.worlds.apache import ApacheKafka
 
 MESSAGES = 20
 SHARE_GROUP_HEARTBEAT = 76  # Kafka 4's share groups (KIP-932): not in 3.9's answer

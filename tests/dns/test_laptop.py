@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
-from kafkatunnel.localcluster.harness import tansu_binary
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import TANSU_HOST, LocalCluster
+from kafkatunnel.demo.harness import tansu_binary
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:2\n"
@@ -64,7 +64,7 @@ def _in_laptop(laptop: NetworkNamespace, *argv: str, env: dict[str, str] | None 
 
 def _workload(laptop: NetworkNamespace, *args: str, env: dict[str, str] | None = None) -> str:
     return _in_laptop(
-        laptop, sys.executable, "-m", "kafkatunnel.localcluster.workload", *args, env=env
+        laptop, sys.executable, "-m", "kafkatunnel.demo.workload", *args, env=env
     ).strip()
 
 
@@ -173,7 +173,7 @@ def test_tls_with_hostname_verification_in_transparent_mode(
             )
         }
         refused = _run_in(
-            laptop, sys.executable, "-m", "kafkatunnel.localcluster.workload", "produce",
+            laptop, sys.executable, "-m", "kafkatunnel.demo.workload", "produce",
             bootstrap, topic, "1", env=untrusted,
         )  # fmt: skip
         assert "PRODUCED 0" in refused.stdout  # verification is really on: a wrong CA fails

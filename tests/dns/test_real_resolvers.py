@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import TANSU_HOST, LocalCluster
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 SHIM = ("127.0.0.1", 5300)
@@ -143,7 +143,7 @@ def test_names_resolve_through_a_real_resolver(
         assert empty == dict.fromkeys(EMPTY, "NOERROR")
 
         topic = f"by-name-{uuid.uuid4().hex[:6]}"
-        workload = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+        workload = [sys.executable, "-m", "kafkatunnel.demo.workload"]
         produced = _run(laptop, *workload, "produce", cluster.tansu.address, topic, "20")
         assert produced.stdout.strip() == "PRODUCED 20", produced.stderr[-2000:]
         consumed = _run(laptop, *workload, "consume", "kafka-0.kafka-headless:9092",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from dnslib import RCODE, DNSRecord
 
+from kafkatunnel.demo import free_port_run
 from kafkatunnel.dns import DnsServer, Zone
-from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.waiting import async_wait_for
 from tests.dns import names_of
 

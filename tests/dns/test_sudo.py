@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import TANSU_HOST, LocalCluster
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.proc import socket_inodes
 
@@ -138,7 +138,7 @@ def test_under_sudo_the_tunnel_runs_as_the_user_and_root_only_sets_up(
                 # a real client, by the in-cluster name, through the child
                 topic = f"sudo-{uuid.uuid4().hex[:6]}"
                 workload = [*laptop.exec_prefix(), sys.executable, "-m",
-                            "kafkatunnel.localcluster.workload"]  # fmt: skip
+                            "kafkatunnel.demo.workload"]  # fmt: skip
                 produced = subprocess.run([*workload, "produce", cluster.tansu.address, topic, "5"],
                                           capture_output=True, text=True, timeout=60)  # fmt: skip
                 assert produced.stdout.strip() == "PRODUCED 5", produced.stderr[-2000:]

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import TANSU_HOST, LocalCluster
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.tunnel.hostile import PUBLIC, hostile_exec, public_lookalikes
 
@@ -144,7 +144,7 @@ def test_up_routes_the_cluster_through_a_link_of_its_own(
         assert laptop.resolve("example.invalid") is None  # nothing else goes to the shim
 
         topic = f"resolved-{uuid.uuid4().hex[:6]}"
-        workload = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+        workload = [sys.executable, "-m", "kafkatunnel.demo.workload"]
         produced = laptop.run(*workload, "produce", "kafka-0.kafka-headless:9092", topic, "10")
         assert produced.stdout.strip() == "PRODUCED 10", produced.stderr[-2000:]
         consumed = laptop.run(*workload, "consume", TANSU_HOST + ":9092", f"{topic}-g", topic,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import isolation_problem
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import isolation_problem
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.demo.workload import consume_group, produce
 
 
 def main(topic: str, count: str, *groups: str) -> int:

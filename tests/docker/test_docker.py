@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.processes import ManagedProcess
 from tests.docker.conftest import DEVCONTAINER, ROOT, Docker
 from tests.tunnel.test_containers import listening_addresses
 

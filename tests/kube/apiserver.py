@@ -7,7 +7,7 @@ restarted or gone under a running kubectl, kubectl#686, kubernetes#67059, #78446
 that slept, API latency, and the behaviours of old kubectl releases against them. What a
 real cluster does produce (RBAC by the real authorizer, idle streams closed by the runtime,
 the kubelet or containerd restarted) is tested against one:
-kafkatunnel/localcluster/kubernetes.py, tests/kube/real.
+tests/worlds/kubernetes.py, tests/kube/real.
 
     python tests/kube/apiserver.py WORLD PORT [CERT KEY]    prints "serving on 127.0.0.1:PORT"
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port
-from kafkatunnel.localcluster.kubernetes import HOME_VARIABLE, VERSION
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster, free_port
+from kafkatunnel.demo.processes import ManagedProcess
+from tests.worlds.kubernetes import HOME_VARIABLE, VERSION
 
 STANDIN = Path(__file__).parent / "bin"
 APISERVER = Path(__file__).with_name("apiserver.py")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.demo import LocalCluster
 
 DISTRIBUTIONS = ("strimzi-kraft", "strimzi-zookeeper", "bitnami", "confluent")
 

@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import PortForward
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.tunnel import TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.kube import cluster_ca
 from kafkatunnel.kube.cluster_ca import CaSource
 from kafkatunnel.kube.pods import Pod
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, produce
 from tests.kube.conftest import World, needs_kubectl, says, up
 from tests.pki import TestAuthority
 from tests.tunnel.tls_front import FRONT_HOST, TlsFront

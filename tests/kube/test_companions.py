@@ -32,13 +32,13 @@ from typing import Any
 import pytest
 
 from kafkatunnel.cli.companions import READ_ONLY_NOTE
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.doctor import PASS, StartCheck, check_kubectl
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.service_forwarder import ServiceForwarder
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.tunnel.control import fetch
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import APISERVER, KUBECTLS, NEWEST, kubeconfig, needs_kubectl, says, up

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import World
 from tests.kube.distributions import distribution_pods

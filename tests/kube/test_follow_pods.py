@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import PortForward, probe_through
-from kafkatunnel.localcluster import LocalCluster
 from kafkatunnel.waiting import DeadlineExceeded, async_wait_for
 from tests.kube.conftest import World
 

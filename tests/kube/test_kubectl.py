@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster, free_port_run
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError
-from kafkatunnel.localcluster import LocalCluster, free_port_run
 from kafkatunnel.tunnel import ForwarderError
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import World, says, up
@@ -174,7 +174,7 @@ def test_the_least_privilege_the_docs_list_is_enough(
 ) -> None:
     """The Role the docs ask for, and nothing else: get/list pods and create
     pods/portforward granted, every other rule denied. up serves."""
-    from kafkatunnel.localcluster.processes import ManagedProcess
+    from kafkatunnel.demo.processes import ManagedProcess
 
     world(allowed=LEAST_PRIVILEGE, user="jane")
     up = ManagedProcess(
@@ -268,7 +268,7 @@ def test_a_killed_tunnel_leaves_no_port_forward_behind(
 ) -> None:
     """One port-forward per broker, the bootstrap's included: the default bootstrap
     (kafka-0:PORT, the first pod) shares its broker's forward instead of running its own."""
-    from kafkatunnel.localcluster.processes import ManagedProcess
+    from kafkatunnel.demo.processes import ManagedProcess
     from kafkatunnel.pids import pid_alive
 
     where = (["--bootstrap", cluster.mock[0].address] if bootstrap == "given"
@@ -324,7 +324,7 @@ def test_hostile_names_through_kubectl_forwards(
     filter sits in each forward's stream, as the cluster would be behind it): they get no
     port-forward, clients are told they do not resolve, every group still works. (No
     command here takes a broker's name as text: the shell case is test_trust's.)"""
-    from kafkatunnel.localcluster.processes import ManagedProcess
+    from kafkatunnel.demo.processes import ManagedProcess
     from kafkatunnel.probe import ProbeConnection
     from tests.tunnel.hostile import filter_argv, hostile_names
 

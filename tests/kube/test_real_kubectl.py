@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import LOST, TROUBLE, PortForward, probe_through
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.kube.conftest import KUBECTLS, World, needs_kubectl, says, up, version_of
 from tests.kube.faults import (

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.doctor import FAIL, PASS, WARN, StartCheck, check_certificates, check_kubectl
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.pods import Pod
 from kafkatunnel.kube.strimzi import broker_name, cluster_of, tls_port
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, produce
 from tests.kube.conftest import World, needs_kubectl, says, up
 from tests.pki import TestAuthority
 from tests.tunnel.tls_front import FRONT_HOST, TlsFront

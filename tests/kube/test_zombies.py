@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.kube.forwarder import KubectlForwarder
 from kafkatunnel.kube.portforward import PortForward
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for

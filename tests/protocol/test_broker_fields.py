@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster.apache import (
+from kafkatunnel.demo.apache import (
     KAFKA_3_VERSION,
     KAFKA_VERSION,
     ApacheKafkaUnavailable,

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.demo import LocalCluster, free_port_run
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafkatunnel.localcluster.netns import NetworkNamespace
+from kafkatunnel.demo.netns import NetworkNamespace
 
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 HOST_ADDRESS = f"169.254.{99 + _WORKER}.1"

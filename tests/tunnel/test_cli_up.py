@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.harness import start_tansu
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.harness import start_tansu
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.tunnel.control import fetch
 
 

@@ -10,9 +10,9 @@ import uuid
 
 import confluent_kafka
 
+from kafkatunnel.demo import TANSU_HOST, LocalCluster
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster
-from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection, find_coordinator
 from tests.tunnel.conftest import MakeTunnel
 

@@ -23,9 +23,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder  # type: igno
 from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.workload import produce
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import produce
 from kafkatunnel.protocol import FrameDecoder
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel import proxy as proxy_module

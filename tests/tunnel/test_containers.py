@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig, containers
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.tunnel import Audience
@@ -24,7 +24,7 @@ from tests.proc import socket_inodes
 from tests.tunnel.container import HOST_ADDRESS, HOST_NAME, Container
 
 MESSAGES = 30
-WORKLOAD = ("-m", "kafkatunnel.localcluster.workload")
+WORKLOAD = ("-m", "kafkatunnel.demo.workload")
 
 
 def test_a_container_uses_groups_on_every_coordinator_at_host_docker_internal(

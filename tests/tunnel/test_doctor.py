@@ -10,6 +10,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kafkatunnel.demo import LocalCluster, free_port
+from kafkatunnel.demo.single_forward import SingleForward
+from kafkatunnel.demo.workload import consume_groups, produce
 from kafkatunnel.doctor import (
     FAIL,
     PASS,
@@ -23,12 +26,9 @@ from kafkatunnel.doctor import (
     system_resolve,
 )
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster, free_port
-from kafkatunnel.localcluster.sessions import spread_workload
-from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.tunnel import ExecForwarder
 from tests.tunnel.conftest import MakeTunnel
+from tests.worlds.sessions import spread_workload
 
 
 def test_broker_names_resolve_only_through_the_dns_shim(

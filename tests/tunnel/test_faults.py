@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster, free_port
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster, free_port
-from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.tunnel import ExecForwarder, PortInUse, Tunnel, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.waiting import wait_for

@@ -13,7 +13,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.demo import LocalCluster
 from kafkatunnel.probe import encode_request
 from kafkatunnel.protocol import (
     FrameDecoder,

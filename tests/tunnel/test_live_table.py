@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
+from kafkatunnel.demo import LocalCluster, free_port_run
 from kafkatunnel.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.workload import produce
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.workload import produce
 from kafkatunnel.pids import ours
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pytest import MonkeyPatch
 
-from kafkatunnel.localcluster import LocalCluster, free_port
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.demo import LocalCluster, free_port
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.probe import ProbeConnection, find_coordinator
 from tests.tunnel.conftest import MakeTunnel
 

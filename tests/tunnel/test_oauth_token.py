@@ -36,8 +36,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkatunnel.cli.up_options import Reach, SaslFlags, UpOptions, check
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.authority import Authority
+from kafkatunnel.demo import free_port_run
 from kafkatunnel.tunnel import oauth_token
 from kafkatunnel.tunnel.oauth_token import (
     BEARER_TOKEN,
@@ -53,6 +52,7 @@ from kafkatunnel.tunnel.oauth_token import (
     read_token_answer,
     token_request,
 )
+from tests.worlds.authority import Authority
 
 pytestmark = pytest.mark.quick
 

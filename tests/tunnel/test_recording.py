@@ -14,20 +14,20 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.single_forward import SingleForward
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.sessions import (
-    capture_single_forward,
-    record_routed_session,
-    spread_workload,
-)
-from kafkatunnel.localcluster.single_forward import SingleForward
 from kafkatunnel.verify.calls import FileDecoder
 from kafkatunnel.verify.job import verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK
 from kafkatunnel.verify.replay import replay
 from tests.kio_messages import request_frame
 from tests.tunnel.conftest import MakeTunnel
+from tests.worlds.sessions import (
+    capture_single_forward,
+    record_routed_session,
+    spread_workload,
+)
 
 
 def test_the_acceptance_session_verifies_ok_and_the_control_fails(

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.single_forward import SingleForward
+from kafkatunnel.demo.workload import consume_groups, produce
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.localcluster.workload import consume_groups, produce
 from kafkatunnel.probe import find_coordinator
 from tests.tunnel.conftest import MakeTunnel
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from kafkatunnel.demo import free_port_run
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import free_port_run
 from kafkatunnel.tunnel import TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.forwarders import DirectForwarder, Upstream

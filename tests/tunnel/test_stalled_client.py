@@ -8,9 +8,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.workload import consume_group, produce
 from kafkatunnel.protocol import FrameDecoder
 from tests.tunnel.conftest import MakeTunnel
 

@@ -23,16 +23,16 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from kafkatunnel.hostnames import split_address
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.harness import start_tansu
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.workload import (
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.harness import start_tansu
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import (
     consume_group,
     consume_groups,
     produce,
     produce_transaction,
 )
+from kafkatunnel.hostnames import split_address
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.reachability import Unreachable

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kafkatunnel.localcluster import free_port
+from kafkatunnel.demo import free_port
 from kafkatunnel.protocol import Chunk, PassThrough
 from kafkatunnel.tunnel.relay import Pump
 from kafkatunnel.tunnel.streams import READ_SIZE, ByteStream, PlainStream

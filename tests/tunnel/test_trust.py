@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from dnslib import RCODE, DNSRecord
 
-from kafkatunnel.localcluster import LocalCluster, free_port, free_port_run
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster, free_port, free_port_run
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.protocol import ProtocolError
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig

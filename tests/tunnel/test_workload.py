@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from kafkatunnel.localcluster.workload import consume_group, produce
+from kafkatunnel.demo.workload import consume_group, produce
 from tests.tunnel.conftest import MakeTunnel
 
 

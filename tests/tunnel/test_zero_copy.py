@@ -20,8 +20,8 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from kafkatunnel.localcluster import TANSU_HOST, LocalCluster, free_port, free_port_run
-from kafkatunnel.localcluster.harness import start_tansu
+from kafkatunnel.demo import TANSU_HOST, LocalCluster, free_port, free_port_run
+from kafkatunnel.demo.harness import start_tansu
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.relay import ZERO_COPY

@@ -19,7 +19,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from kafkatunnel.localcluster import LocalCluster
+from kafkatunnel.demo import LocalCluster
 from kafkatunnel.tunnel.forwarders import Forwarder, ForwarderError, TcpUpstream, Upstream
 from kafkatunnel.waiting import wait_for
 from tests.pki import Issued

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kafkatunnel.localcluster import free_port
-from kafkatunnel.localcluster.apache import JIT
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import free_port
+from kafkatunnel.demo.apache import JIT
+from kafkatunnel.demo.processes import ManagedProcess
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 ROUTED = DATA / "recordings" / "routed"

@@ -20,9 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
 
 RELAY_PORT = 9092

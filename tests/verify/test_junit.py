@@ -16,12 +16,12 @@ import pytest
 from junitparser.junitparser import Failure, JUnitXml, Skipped
 
 from kafkatunnel.capture.recorder import Listener
-from kafkatunnel.localcluster.copies import read_sample, record_copies
 from kafkatunnel.probe import own_client
 from kafkatunnel.verify.job import Report, verify_local
 from kafkatunnel.verify.judge import Verdict
 from kafkatunnel.verify.junit import junit_xml
 from tests.verify.conftest import ROUTED
+from tests.worlds.copies import read_sample, record_copies
 
 pytestmark = pytest.mark.quick
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from kafkatunnel.capture.recorder import Listener
-from kafkatunnel.localcluster.copies import read_sample, record_copies
 from kafkatunnel.verify.job import verify_local
 from kafkatunnel.verify.objectstore import (
     PACKAGES,
@@ -30,6 +29,7 @@ from kafkatunnel.verify.objectstore import (
     spark_defaults,
 )
 from tests.verify.conftest import ROUTED, S3_CREDENTIALS
+from tests.worlds.copies import read_sample, record_copies
 
 BUCKET, PREFIX = "recordings", "team/run-1"
 PINNED_35 = Path(__file__).resolve().parents[2] / "scripts" / "pyspark-3.5" / "requirements.txt"

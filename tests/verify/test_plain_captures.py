@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import LocalCluster
-from kafkatunnel.localcluster.harness import TANSU_HOST
+from kafkatunnel.demo import LocalCluster
+from kafkatunnel.demo.harness import TANSU_HOST
 from kafkatunnel.verify.job import verify_local, verify_spark
 from tests.verify.relays import RELAY_PORT, RelayedLaptop
 
-WORKLOAD = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+WORKLOAD = [sys.executable, "-m", "kafkatunnel.demo.workload"]
 TANSU_NODE = 111  # the node id tansu gives itself
 
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from kafkatunnel.capture.recorder import Listener
-from kafkatunnel.localcluster.copies import read_sample, record_copies, tag_for
 from kafkatunnel.verify.calls import FileDecoder
 from kafkatunnel.verify.job import PARALLEL_BYTES, Report, cores, verify_local, verify_spark
 from kafkatunnel.verify.judge import MISROUTED, OK
 from kafkatunnel.waiting import wait_for
 from tests.verify.conftest import GROUP_KINDS, ROUTED, SINGLE_FORWARD
+from tests.worlds.copies import read_sample, record_copies, tag_for
 
 
 def _by_kind(report: Report, key_type: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import free_port
+from kafkatunnel.demo import free_port
 from kafkatunnel.verify.failures import explain, java_causes, spark_errors
 from tests.verify.conftest import ROUTED, S3_CREDENTIALS
 

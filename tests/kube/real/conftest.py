@@ -1,4 +1,4 @@
-"""One real Kubernetes for every test that needs it (kafkatunnel/localcluster/kubernetes.py):
+"""One real Kubernetes for every test that needs it (tests/worlds/kubernetes.py):
 etcd, kube-apiserver, the kubelet and containerd in a network namespace of their own, reached
 by the host's kubectl through a relay on loopback. Its first pod is an echo server. They all
 live in this package, so the cluster and its Kafka pods stop as soon as these tests end, not
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkatunnel.localcluster import isolation_problem
-from kafkatunnel.localcluster.kubernetes import KubernetesCluster
-from kafkatunnel.localcluster.strimzi_pods import StrimziKafka
+from kafkatunnel.demo import isolation_problem
+from tests.worlds.kubernetes import KubernetesCluster
+from tests.worlds.strimzi_pods import StrimziKafka
 
 ECHO_PORT = 7000
 ECHO = ["/bin/busybox", "nc", "-ll", "-p", str(ECHO_PORT), "-e", "/bin/busybox", "cat"]
@@ -41,7 +41,7 @@ def echo_pod(kubernetes: KubernetesCluster) -> str:
 @pytest.fixture(scope="package")
 def strimzi_kafka(kubernetes: KubernetesCluster) -> Iterator[StrimziKafka]:
     """Three Apache Kafka nodes in pods of the cluster, as Strimzi lays out a Kafka with one
-    node pool of combined nodes (kafkatunnel/localcluster/strimzi_pods.py), in namespace
+    node pool of combined nodes (tests/worlds/strimzi_pods.py), in namespace
     kafka; started once, shared by the tests that use it."""
     with StrimziKafka(kubernetes) as kafka:
         yield kafka

@@ -7,8 +7,8 @@ import os
 import signal
 import subprocess
 
-from kafkatunnel.localcluster.kubernetes import KubernetesCluster
 from tests.kube.real.conftest import ECHO, ECHO_PORT
+from tests.worlds.kubernetes import KubernetesCluster
 
 
 def test_a_stopped_cluster_leaves_nothing(kubernetes: KubernetesCluster) -> None:

@@ -26,16 +26,16 @@ from typing import Any
 
 import pytest
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import LISTENERS
-from kafkatunnel.localcluster.kubernetes import JAVA, KubernetesCluster, pod_manifest
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.strimzi_pods import StrimziKafka
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 from tests.apache.pods import CONNECT_PORT, CONNECT_VERSION, connect_lib
 from tests.apache.test_companions import consume, create_file_connector, http, lines, running
 from tests.kube.conftest import KUBECTLS, NEWEST
+from tests.worlds.apache import LISTENERS
+from tests.worlds.kubernetes import JAVA, KubernetesCluster, pod_manifest
+from tests.worlds.strimzi_pods import StrimziKafka
 
 CONNECT = "my-connect"  # the KafkaConnect's name
 POD, SERVICE = f"{CONNECT}-connect-0", f"{CONNECT}-connect-api"

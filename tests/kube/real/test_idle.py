@@ -11,9 +11,9 @@ import time
 
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import FORWARDING, LOST, PortForward, probe_tcp
-from kafkatunnel.localcluster.kubernetes import KubernetesCluster
 from tests.kube.conftest import KUBECTLS, NEWEST, OLDEST
 from tests.kube.real.conftest import ECHO_PORT
+from tests.worlds.kubernetes import KubernetesCluster
 
 
 async def echo_through(port: int, message: bytes) -> bytes:

@@ -3,8 +3,8 @@ imported into containerd, runs in a pod, and the API server reads its log from t
 
 from __future__ import annotations
 
-from kafkatunnel.localcluster.kubernetes import JAVA, KubernetesCluster, java_rootfs
 from kafkatunnel.waiting import wait_for
+from tests.worlds.kubernetes import JAVA, KubernetesCluster, java_rootfs
 
 
 def test_a_pod_runs_debians_java(kubernetes: KubernetesCluster) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 
-from kafkatunnel.localcluster.kubernetes import NODE_ADDRESS, KubernetesCluster
+from tests.worlds.kubernetes import NODE_ADDRESS, KubernetesCluster
 
 
 def listening(argv: list[str]) -> set[tuple[str, int, str]]:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.kube.kubectl import Kubectl
 from kafkatunnel.kube.portforward import PortForward, probe_tcp
-from kafkatunnel.localcluster.kubernetes import POD_SUBNET, KubernetesCluster
-from kafkatunnel.localcluster.processes import ManagedProcess
 from tests.kube.conftest import KUBECTLS, NEWEST
 from tests.kube.real.conftest import ECHO_PORT
+from tests.worlds.kubernetes import POD_SUBNET, KubernetesCluster
 
 
 def echoed(sock: socket.socket, message: bytes, timeout: float = 10) -> bytes:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.demo import free_port
 from kafkatunnel.doctor import FAIL, PASS, RBAC_VERBS, SKIP, check_kubectl
 from kafkatunnel.kube.kubectl import Kubectl
-from kafkatunnel.localcluster import free_port
-from kafkatunnel.localcluster.kubernetes import KubernetesCluster, User
 from tests.kube.conftest import KUBECTLS, NEWEST, OLDEST
 from tests.kube.real.conftest import ECHO_PORT
 from tests.kube.real.test_port_forward import echo_through_forward, echoed
+from tests.worlds.kubernetes import KubernetesCluster, User
 
 Rule = dict[str, list[str]]
 WATCH = "RBAC: watch pods (optional)"

@@ -32,17 +32,18 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka.cimpl import NewTopic
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import LISTENERS, kafka_lib
-from kafkatunnel.localcluster.kubernetes import KubernetesCluster
-from kafkatunnel.localcluster.processes import ManagedProcess
-from kafkatunnel.localcluster.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
-from kafkatunnel.localcluster.workload import GroupResult, consume_group, produce
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import kafka_lib
+from kafkatunnel.demo.processes import ManagedProcess
+from kafkatunnel.demo.workload import GroupResult, consume_group, produce
 from kafkatunnel.probe import ProbeConnection
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.apache.test_clients import java
 from tests.kube.conftest import BEFORE_WEBSOCKETS, KUBECTLS, NEWEST
 from tests.kube.real.test_rbac import PODS, PORTFORWARD, grant
+from tests.worlds.apache import LISTENERS
+from tests.worlds.kubernetes import KubernetesCluster
+from tests.worlds.strimzi_pods import SCRAM_USER, TLS_USER, StrimziKafka
 
 MESSAGES = 30
 CLIENTS = Path(__file__).resolve().parents[2] / "apache" / "clients"  # the Java client

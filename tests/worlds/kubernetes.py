@@ -44,10 +44,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from kafkatunnel.localcluster.authority import Authority, Issued
-from kafkatunnel.localcluster.netns import NETNS_RUN_DIR, NetworkNamespace
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.netns import NETNS_RUN_DIR, NetworkNamespace
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
+from tests.worlds.authority import Authority, Issued
 
 VERSION = "1.34.4"
 HOME_VARIABLE = "KAFKATUNNEL_KUBERNETES"  # where scripts/_setup.sh put it, if not the cache

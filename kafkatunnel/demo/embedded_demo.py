@@ -26,9 +26,9 @@ from rich.rule import Rule
 from rich.table import Table
 
 from kafkatunnel.capture.dumpcap import Dumpcap
-from kafkatunnel.localcluster import LocalCluster, free_port_run
-from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.localcluster.workload import GroupResult, consume_group, consume_groups, produce
+from kafkatunnel.demo import LocalCluster, free_port_run
+from kafkatunnel.demo.single_forward import SingleForward
+from kafkatunnel.demo.workload import GroupResult, consume_group, consume_groups, produce
 from kafkatunnel.tunnel import DirectForwarder, ExecForwarder, Forwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 from kafkatunnel.tunnel.view import status_table

@@ -1,7 +1,7 @@
 """Child process: a librdkafka mock cluster (real Kafka protocol over real TCP, real group
 coordinators), kept alive until its standard input closes.
 
-Run as `python -m kafkatunnel.localcluster.mock_cluster BROKERS`; it prints
+Run as `python -m kafkatunnel.demo.mock_cluster BROKERS`; it prints
 `BROKERS id=host:port,...` once the cluster answers Metadata.
 """
 

@@ -39,18 +39,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafkatunnel.localcluster.apache import (
-    CONTROLLER_PORT,
-    JIT,
-    LISTENERS,
-    LOG4J,
-    REPLICATION_PORT,
-    broker_settings,
-    kafka_lib,
-)
-from kafkatunnel.localcluster.authority import Authority
-from kafkatunnel.localcluster.harness import ClusterBroker, groups_by_coordinator
-from kafkatunnel.localcluster.kubernetes import (
+from kafkatunnel.demo.apache import CONTROLLER_PORT, JIT, LOG4J, REPLICATION_PORT, kafka_lib
+from kafkatunnel.demo.harness import ClusterBroker, groups_by_coordinator
+from kafkatunnel.waiting import wait_for
+from tests.worlds.apache import LISTENERS, broker_settings
+from tests.worlds.authority import Authority
+from tests.worlds.kubernetes import (
     CLUSTER_DOMAIN,
     JAVA,
     ApiError,
@@ -58,7 +52,6 @@ from kafkatunnel.localcluster.kubernetes import (
     java_rootfs,
     pod_manifest,
 )
-from kafkatunnel.waiting import wait_for
 
 CLUSTER, POOL, NAMESPACE = "my-cluster", "dual-role", "kafka"
 SCRAM_USER, TLS_USER = "alice", "bob"  # KafkaUsers: scram-sha-512, tls

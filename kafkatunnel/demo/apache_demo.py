@@ -1,7 +1,7 @@
 """`kafkatunnel demo --cluster apache`: the problem and its fix on Apache Kafka itself.
 
-The same four steps as the embedded demo (kafkatunnel.localcluster.demo), on the reference
-cluster: three KRaft nodes advertising `kafka-N.kafka-headless.kafka.svc.cluster.local`.
+The same four steps as the embedded demo (kafkatunnel.demo.embedded_demo), on Apache
+Kafka: three KRaft nodes advertising `kafka-N.kafka-headless.kafka.svc.cluster.local`.
 Without the tunnel, the field report's workaround: a laptop whose hosts file sends every
 broker name to one forward to kafka-0, captured with tcpdump. Then the tunnel, recording,
 and verify on both.
@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
-from kafkatunnel.localcluster import free_port_run
-from kafkatunnel.localcluster.apache import KAFKA_VERSION, ApacheKafka, OneForward
-from kafkatunnel.localcluster.demo import (
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import KAFKA_VERSION, ApacheKafka, OneForward
+from kafkatunnel.demo.embedded_demo import (
     GROUPS_PER_BROKER,
     MESSAGES,
     DemoReport,
@@ -30,11 +30,11 @@ from kafkatunnel.localcluster.demo import (
     _summary,
     _verify,
 )
-from kafkatunnel.localcluster.workload import GroupResult, produce
+from kafkatunnel.demo.workload import GroupResult, produce
 from kafkatunnel.tunnel import ExecForwarder, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
 
-WORKLOAD = [sys.executable, "-m", "kafkatunnel.localcluster.workload"]
+WORKLOAD = [sys.executable, "-m", "kafkatunnel.demo.workload"]
 STUCK_AFTER = 15  # seconds a consumer through the one forward is given
 
 

@@ -38,9 +38,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from kafkatunnel.localcluster.netns import NetworkNamespace
-from kafkatunnel.localcluster.ports import free_port
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.netns import NetworkNamespace
+from kafkatunnel.demo.ports import free_port
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 # The version scripts/keycloak/pom.xml names (<keycloak.version>); a test checks they agree.

@@ -8,8 +8,8 @@ addresses the brokers advertise, and always reach that one broker.
 
 from __future__ import annotations
 
-from kafkatunnel.localcluster.harness import ClusterBroker, LocalCluster
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.harness import ClusterBroker, LocalCluster
+from kafkatunnel.demo.processes import ManagedProcess
 
 
 class SingleForward:

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafkatunnel.localcluster.netns import IsolationUnavailable, NetworkNamespace
-from kafkatunnel.localcluster.ports import free_port
-from kafkatunnel.localcluster.processes import ManagedProcess
+from kafkatunnel.demo.netns import IsolationUnavailable, NetworkNamespace
+from kafkatunnel.demo.ports import free_port
+from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
 
 TANSU_HOST = "kafka-0.kafka-headless.demo.svc.cluster.local"
@@ -196,7 +196,7 @@ class LocalCluster:
         """Produce from within the cluster's network; returns the acknowledged count."""
         import subprocess
 
-        workload = "kafkatunnel.localcluster.workload"
+        workload = "kafkatunnel.demo.workload"
         argv = [sys.executable, "-m", workload, "produce", self.mock_bootstrap]
         argv += [topic, str(count)] + ([] if partition is None else [str(partition)])
         result = subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=60)
@@ -216,7 +216,7 @@ class LocalCluster:
             [
                 sys.executable,
                 "-m",
-                "kafkatunnel.localcluster.mock_cluster",
+                "kafkatunnel.demo.mock_cluster",
                 str(self.mock_broker_count),
             ],
             "mock-cluster",

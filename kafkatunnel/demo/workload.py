@@ -5,7 +5,7 @@ A consumer group's failure to reach its coordinator does not reach `poll()`: lib
 retries it internally and only logs it. So each consumer also reads librdkafka's group log
 and counts the coordinator errors the broker answered with.
 
-Also runnable as `python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT`,
+Also runnable as `python -m kafkatunnel.demo.workload produce BOOTSTRAP TOPIC COUNT`,
 e.g. inside the cluster's network namespace, printing `PRODUCED n`.
 """
 
@@ -54,7 +54,7 @@ class _Collect(logging.Handler):
 
 def _logger(name: str) -> tuple[logging.Logger, _Collect]:
     collect = _Collect()
-    logger = logging.getLogger(f"kafkatunnel.localcluster.workload.{name}")
+    logger = logging.getLogger(f"kafkatunnel.demo.workload.{name}")
     logger.handlers = [collect]
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
@@ -250,9 +250,9 @@ def consume_groups(
         return {group: future.result() for group, future in futures.items()}
 
 
-USAGE = """usage: python -m kafkatunnel.localcluster.workload produce BOOTSTRAP TOPIC COUNT [N]
-       python -m kafkatunnel.localcluster.workload consume BOOTSTRAP GROUP TOPIC COUNT [SECONDS]
-       python -m kafkatunnel.localcluster.workload transact BOOTSTRAP TOPIC ID COUNT [SECONDS]
+USAGE = """usage: python -m kafkatunnel.demo.workload produce BOOTSTRAP TOPIC COUNT [N]
+       python -m kafkatunnel.demo.workload consume BOOTSTRAP GROUP TOPIC COUNT [SECONDS]
+       python -m kafkatunnel.demo.workload transact BOOTSTRAP TOPIC ID COUNT [SECONDS]
 N: the partition to produce to; SECONDS: how long to wait for COUNT messages (60), or for
 the transaction of COUNT messages as transactional id ID to commit (30).
 Extra client settings (e.g. TLS) as JSON in KAFKATUNNEL_CLIENT_CONFIG."""

@@ -1,6 +1,6 @@
 """Recorded sessions on the local cluster: the tunnel acceptance workload recorded by
-`--record`, and the single-forward control captured with dumpcap. The demo, the tests and
-scripts/record_samples.py share them."""
+`--record`, and the single-forward control captured with dumpcap, on the demo's cluster.
+The tests and scripts/record_samples.py share them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafkatunnel.capture.dumpcap import Dumpcap
-from kafkatunnel.localcluster.harness import LocalCluster
-from kafkatunnel.localcluster.ports import free_port_run
-from kafkatunnel.localcluster.single_forward import SingleForward
-from kafkatunnel.localcluster.workload import (
+from kafkatunnel.demo.harness import LocalCluster
+from kafkatunnel.demo.ports import free_port_run
+from kafkatunnel.demo.single_forward import SingleForward
+from kafkatunnel.demo.workload import (
     GroupResult,
     consume_groups,
     produce,
