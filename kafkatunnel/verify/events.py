@@ -73,6 +73,7 @@ class Event(NamedTuple):
     brokers: tuple[tuple[int, str], ...] = ()
     leaders: tuple[tuple[int, int, int], ...] = ()  # (key type, partition, leader)
     detail: dict[str, Any] | None = None
+    client_id: str | None = None  # LOOKUP / MISDIRECTED: the asking client's client.id
 
 
 _request_schema = functools.cache(load_request_schema)
@@ -83,6 +84,16 @@ def _decode(entity: type, frame: bytes, offset: int) -> Any:
     value: Any
     value, _end = entity_reader(entity)(frame, offset)
     return value
+
+
+def _client_id(call: Call) -> str | None:
+    """The client.id in the call's request header (None when it has none or is unreadable):
+    a client's look-ups and its connections carry the same one."""
+    assert call.request is not None
+    try:
+        return parse_request_header(call.request).client_id
+    except ProtocolError:
+        return None
 
 
 def _request(call: Call) -> Any:
@@ -268,8 +279,9 @@ def _lookups(call: Call, request: Any, response: Any) -> list[Event]:
         ]
     if key_type not in (GROUP, TRANSACTION):
         return []  # a share-state partition's coordinator (KIP-932): brokers ask, not clients
+    client_id = _client_id(call)
     return [
-        Event(LOOKUP, ts, call.conn, 10, key, key_type, error, node, address)
+        Event(LOOKUP, ts, call.conn, 10, key, key_type, error, node, address, client_id=client_id)
         for key, error, node, address in answers
     ]
 
@@ -358,7 +370,8 @@ def events_of(call: Call) -> list[Event]:
     if call.api_key == API_VERSIONS and call.response is not None:
         meant = misdirected_to(call.request, call.response)
         if meant is not None:
-            out.append(Event(MISDIRECTED, response_ts, call.conn, API_VERSIONS, node=meant))
+            out.append(Event(MISDIRECTED, response_ts, call.conn, API_VERSIONS, node=meant,
+                             client_id=_client_id(call)))  # fmt: skip
     elif call.api_key == 10 and call.response is not None:
         out.extend(_lookups(call, _request(call), _response(call)))
     elif call.api_key in COORDINATOR_APIS:

@@ -152,7 +152,8 @@ def facts_from(events: Iterable[Event], summaries: Iterable[FileSummary]) -> Fac
                 facts.address_nodes.setdefault(event.address, event.node)
                 facts.advertised.add((event.node, event.address))
         elif event.kind == MISDIRECTED and event.node is not None:  # in time order
-            facts.misdirected.setdefault((event.conn.run, event.node), []).append(event.ts)
+            key = (event.conn.run, event.node, event.client_id)
+            facts.misdirected.setdefault(key, []).append(event.ts)
         elif event.kind == LEADERS:
             by_type: dict[int, dict[int, int]] = {}
             for key_type, partition, leader in event.leaders:

@@ -75,9 +75,9 @@ class Facts:
     # per key type: snapshots, sorted by time
     leaders: dict[int, list[LeaderSnapshot]] = field(default_factory=dict)
     identities: Identities | None = None  # which broker is behind each server address
-    # (run, node) -> when connections meant for the node reached another broker, which
-    # refused them (KIP-1242's check), sorted
-    misdirected: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    # (run, node, client id) -> when that client's connections meant for the node reached
+    # another broker, which refused them (KIP-1242's check), sorted
+    misdirected: dict[tuple[str, int, str | None], list[int]] = field(default_factory=dict)
 
     def told(self, conn: Conn) -> bool:
         """Whether the broker behind a connection is known rather than inferred: a
@@ -147,8 +147,7 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     errors = dict.fromkeys(COORDINATOR_ERRORS.values(), 0)
     checked = unknown_broker = unlooked = accepted = 0
     named: int | None = None
-    lookups: list[tuple[str, int, int]] = []  # (run, ts, node) of each naming a broker
-    last: dict[str, int] = {}  # run -> the group's last event in it
+    lookups: list[Lookup] = []  # each naming a broker
     denied: dict[int, int] = {}  # node -> NOT_COORDINATOR answers since first denial
     renamed: set[int] = set()  # denied nodes a lookup named again
     last_error: int | None = None
@@ -159,13 +158,11 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
     for event in events:
         if event.error in COORDINATOR_ERRORS:
             errors[COORDINATOR_ERRORS[event.error]] += 1
-        if event.kind in (LOOKUP, CALL):
-            last[event.conn.run] = event.ts
         if event.kind == LOOKUP:
             timeline.append(_moment(event, start, event.node, "FindCoordinator"))
             if event.error == 0 and event.node is not None and event.node >= 0:
                 named = event.node
-                lookups.append((event.conn.run, event.ts, named))
+                lookups.append(Lookup(event.conn.run, event.ts, named, event.client_id))
                 if named in denied:
                     renamed.add(named)
             continue
@@ -222,7 +219,7 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
         for node in sorted(not_ready)
     )
     reached = checked or accepted
-    refused = _refused(named, lookups, last, facts) if named is not None and not reached else 0
+    refused = _refused(named, lookups, facts) if named is not None and not reached else 0
     if refused:
         wrong.append(
             f"FindCoordinator named broker {named}, but {refused} connection(s) meant for broker "
@@ -249,20 +246,30 @@ def judge(key: str, key_type: int, events: list[Event], facts: Facts) -> Verdict
                    timeline, start, tool, group_type)  # fmt: skip
 
 
-def _refused(
-    named: int, lookups: list[tuple[str, int, int]], last: dict[str, int], facts: Facts
-) -> int:
+class Lookup(NamedTuple):
+    """A look-up of the group's that named a broker: in which run, when, by which client."""
+
+    run: str
+    ts: int
+    node: int
+    client_id: str | None
+
+
+def _refused(named: int, lookups: list[Lookup], facts: Facts) -> int:
     """Connections meant for the named coordinator that another broker refused (KIP-1242),
-    in a run where the group looked it up, after the first such look-up and before the
-    group's last event in that run: a refusal the group went on after (a 4.x client
-    rebootstraps and looks its coordinator up again), not another client's, later or in
-    another recording, nor one that only followed a look-up (a doctor's smoke group)."""
+    made by a client that looked the group's coordinator up (its client.id), in the run of
+    that look-up and after it: the group's own client refused on its way to the broker it
+    was told, not another client's (a doctor's smoke group looks up as kafkatunnel-doctor),
+    nor one in another recording or from before."""
+    firsts: dict[tuple[str, str | None], int] = {}
+    for lookup in lookups:
+        if lookup.node == named:
+            key = (lookup.run, lookup.client_id)
+            firsts[key] = min(firsts.get(key, lookup.ts), lookup.ts)
     count = 0
-    for run in {r for r, _ts, node in lookups if node == named}:
-        first = min(ts for r, ts, node in lookups if r == run and node == named)
-        times = facts.misdirected.get((run, named), [])
-        after, before = bisect.bisect_right(times, first), bisect.bisect_left(times, last[run])
-        count += max(0, before - after)
+    for (run, client_id), first in firsts.items():
+        times = facts.misdirected.get((run, named, client_id), [])
+        count += len(times) - bisect.bisect_right(times, first)
     return count
 
 
