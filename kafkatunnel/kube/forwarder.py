@@ -21,7 +21,6 @@ from kafkatunnel.kube.pod_follow import Decision, PodFollower, Replace, Wake
 from kafkatunnel.kube.pods import DEFAULT_SELECTORS, Pod, parse_pods, pod_for, selector_of
 from kafkatunnel.kube.portforward import PortForward, Probe
 from kafkatunnel.kube.watch_stream import WatchStream, WatchStreamError
-from kafkatunnel.pids import die_with_parent
 from kafkatunnel.tunnel.forwarders import (
     DirectForwarder,
     Forwarder,
@@ -330,13 +329,7 @@ class KubectlForwarder(Forwarder):
                 "--output-watch-events", "-o", "json")  # fmt: skip
         pause = 1.0
         while True:
-            process = await asyncio.create_subprocess_exec(
-                *self.kubectl.argv(*args),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                preexec_fn=die_with_parent,
-            )
+            process = await self.kubectl.start(*args)
             assert process.stdout is not None and process.stderr is not None
             stream, began = WatchStream(), time.monotonic()
             try:

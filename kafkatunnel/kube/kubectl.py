@@ -11,6 +11,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkatunnel.pids import die_with_parent
+
 
 def can_i_args(verb: str, resource: str) -> tuple[str, ...]:
     """kubectl's question for a verb on a resource. A subresource goes in --subresource:
@@ -101,6 +103,18 @@ class Kubectl:
         if answer and answer[0].startswith(("yes", "no")):
             return answer[0].startswith("yes")
         raise explain(err.decode(errors="replace"), args)
+
+    async def start(self, *args: str) -> asyncio.subprocess.Process:
+        """A kubectl that runs as long as the tunnel needs it (a port-forward, a watch): its
+        output piped to the caller, and killed by the kernel if the tunnel dies, so none is
+        left behind."""
+        return await asyncio.create_subprocess_exec(
+            *self.argv(*args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=die_with_parent,
+        )
 
     async def _call(self, args: tuple[str, ...], timeout: float) -> tuple[int, bytes, bytes]:
         """kubectl's exit code and output. A kubectl that does not answer in time, or whose

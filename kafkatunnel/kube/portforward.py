@@ -29,7 +29,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from kafkatunnel.kube.kubectl import Kubectl, KubectlError, explain
-from kafkatunnel.pids import die_with_parent
 
 log = logging.getLogger("kafkatunnel.kube")
 
@@ -194,13 +193,7 @@ class PortForward:
         self.pod = await self.resolve_pod()
         args = ("port-forward", f"pod/{self.pod}", f":{self.port}")
         self.state = "starting"
-        self.process = await asyncio.create_subprocess_exec(
-            *self.kubectl.argv(*args),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            preexec_fn=die_with_parent,  # a killed tunnel leaves no port-forward behind
-        )
+        self.process = await self.kubectl.start(*args)  # dies with the tunnel
         errors: list[str] = []
         keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
         try:
