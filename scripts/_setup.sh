@@ -167,7 +167,7 @@ kt_apache_kafka3() {
 # scripts/kafka-connect/pom.xml pins (it says why not Apache Kafka's), from Maven Central into
 # a cache of their own.
 KT_CONNECT_VERSION="$(sed -n 's:.*<connect.version>\(.*\)</connect.version>.*:\1:p' "$KT_ROOT/scripts/kafka-connect/pom.xml")"
-KT_CONNECT_LIB="${KAFKATUNNEL_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_CONNECT_VERSION/lib}"
+KT_CONNECT_LIB="${KT_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_CONNECT_VERSION/lib}"
 kt_kafka_connect() {
   if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_CONNECT_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Kafka Connect $KT_CONNECT_VERSION" kafka-connect "$KT_CONNECT_LIB"
@@ -176,7 +176,7 @@ kt_kafka_connect() {
 # Kafka Streams (kafka-streams and its dependencies, RocksDB among them), at Apache Kafka's
 # version, from Maven Central into a cache of their own (scripts/kafka-streams/pom.xml), for
 # the tests' Streams application (tests/apache/clients/StreamsCounter.java).
-KT_STREAMS_LIB="${KAFKATUNNEL_STREAMS_LIB:-$HOME/.cache/kafkatunnel/kafka-streams-$KT_KAFKA_VERSION/lib}"
+KT_STREAMS_LIB="${KT_STREAMS_LIB:-$HOME/.cache/kafkatunnel/kafka-streams-$KT_KAFKA_VERSION/lib}"
 kt_kafka_streams() {
   if [ -f "$KT_STREAMS_LIB/kafka-streams-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Kafka Streams $KT_KAFKA_VERSION" kafka-streams "$KT_STREAMS_LIB" \
@@ -189,7 +189,7 @@ kt_kafka_streams() {
 # scripts/keycloak/pom.xml pins, and built there once for the tests (an in-memory database),
 # so that each start is `kc.sh start --optimized`, with no build of its own.
 KT_KEYCLOAK_VERSION="$(sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' "$KT_ROOT/scripts/keycloak/pom.xml")"
-KT_KEYCLOAK_HOME="${KAFKATUNNEL_KEYCLOAK_HOME:-$HOME/.cache/kafkatunnel/keycloak-$KT_KEYCLOAK_VERSION}"
+KT_KEYCLOAK_HOME="${KT_KEYCLOAK_HOME:-$HOME/.cache/kafkatunnel/keycloak-$KT_KEYCLOAK_VERSION}"
 kt_keycloak() {
   if [ -f "$KT_KEYCLOAK_HOME/.kt-built" ]; then return 0; fi
   kt_maven
@@ -207,7 +207,7 @@ kt_keycloak() {
 # assembled into a runnable server by Quarkus's build (scripts/apicurio-registry/pom.xml says
 # why that takes a build, and which release), into a cache outside the repository.
 KT_APICURIO_VERSION="$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' "$KT_ROOT/scripts/apicurio-registry/pom.xml")"
-KT_APICURIO_HOME="${KAFKATUNNEL_APICURIO_HOME:-$HOME/.cache/kafkatunnel/apicurio-registry-$KT_APICURIO_VERSION}"
+KT_APICURIO_HOME="${KT_APICURIO_HOME:-$HOME/.cache/kafkatunnel/apicurio-registry-$KT_APICURIO_VERSION}"
 kt_apicurio_registry() {
   if [ -f "$KT_APICURIO_HOME/apicurio-registry-runner-1-runner.jar" ]; then return 0; fi
   kt_maven
@@ -223,7 +223,7 @@ kt_apicurio_registry() {
 # scripts/pyspark-3.5/requirements.txt pins, into a cache outside the repository, never on the
 # virtualenv's path (a test puts it first on a subprocess's). After kt_venv.
 KT_PYSPARK35_VERSION="$(sed -n 's/^pyspark==//p' "$KT_ROOT/scripts/pyspark-3.5/requirements.txt")"
-KT_PYSPARK35="${KAFKATUNNEL_PYSPARK35:-$HOME/.cache/kafkatunnel/pyspark-$KT_PYSPARK35_VERSION}"
+KT_PYSPARK35="${KT_PYSPARK35:-$HOME/.cache/kafkatunnel/pyspark-$KT_PYSPARK35_VERSION}"
 kt_pyspark35() {
   if [ -f "$KT_PYSPARK35/pyspark/jars/spark-core_2.12-$KT_PYSPARK35_VERSION.jar" ]; then return 0; fi
   kt_log "installing PySpark $KT_PYSPARK35_VERSION (for the tests) into $KT_PYSPARK35"
@@ -350,7 +350,7 @@ kt_client_libraries() {
 # unpacked into the same cache and never installed. About 4 minutes of building on two
 # cores, once.
 KT_KUBERNETES_VERSION="$(sed -n 's:^require k8s.io/kubernetes \(v[0-9.]*\).*:\1:p; s:^\tk8s.io/kubernetes \(v[0-9.]*\).*:\1:p' "$KT_ROOT/scripts/kubernetes/go.mod" | head -1)"
-KT_KUBERNETES="${KAFKATUNNEL_KUBERNETES:-$HOME/.cache/kafkatunnel/kubernetes-${KT_KUBERNETES_VERSION#v}}"
+KT_KUBERNETES="${KT_KUBERNETES:-$HOME/.cache/kafkatunnel/kubernetes-${KT_KUBERNETES_VERSION#v}}"
 KT_KUBERNETES_DEBS=(etcd-server containerd runc containernetworking-plugins busybox-static)
 # The pods' Java (for Kafka in pods): a Debian root file system with its Java 17, by
 # debootstrap (Debian's package), as the container tests' image is made. Root only.

@@ -47,6 +47,7 @@ OTHER_VARIABLES = {
     "KAFKATUNNEL_STATE_DIR": "where running tunnels leave their state files",
     "KAFKATUNNEL_CLIENT_CONFIG": "extra client settings for the workload helper",
     "KAFKATUNNEL_TLS_PASSWORD": "the password of an encrypted --tls-key",
+    "KAFKATUNNEL_KAFKA_LIB": "where Apache Kafka's jars are, for `demo --cluster apache`",
 }
 TOP_LEVEL = ("profile", "profiles")
 

@@ -47,12 +47,12 @@ def _cache(variable: str, default: str, marker: str) -> Path:
 
 
 def connect_lib() -> Path:
-    return _cache("KAFKATUNNEL_CONNECT_LIB", f"kafka-connect-{CONNECT_VERSION}/lib",
+    return _cache("KT_CONNECT_LIB", f"kafka-connect-{CONNECT_VERSION}/lib",
                   f"connect-runtime-{CONNECT_VERSION}.jar")  # fmt: skip
 
 
 def apicurio_home() -> Path:
-    return _cache("KAFKATUNNEL_APICURIO_HOME", f"apicurio-registry-{APICURIO_VERSION}",
+    return _cache("KT_APICURIO_HOME", f"apicurio-registry-{APICURIO_VERSION}",
                   "apicurio-registry-runner-1-runner.jar")  # fmt: skip
 
 

@@ -54,7 +54,7 @@ STATE_LINE = re.compile(r"^STATE (\S+) TASKS (\S*)$")
 
 
 def streams_lib() -> Path:
-    return _cache("KAFKATUNNEL_STREAMS_LIB", f"kafka-streams-{KAFKA_VERSION}/lib",
+    return _cache("KT_STREAMS_LIB", f"kafka-streams-{KAFKA_VERSION}/lib",
                   f"kafka-streams-{KAFKA_VERSION}.jar")  # fmt: skip
 
 

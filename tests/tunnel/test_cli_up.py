@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kafkatunnel.cli.main import command as kafkatunnel_command
+from kafkatunnel.cli.settings import all_settings
 from kafkatunnel.demo import LocalCluster, free_port_run
 from kafkatunnel.demo.harness import start_tansu
 from kafkatunnel.demo.processes import ManagedProcess
@@ -28,6 +31,58 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "kafkatunnel", *args],
         capture_output=True, text=True, env={**inherited, **env}, timeout=60,
     )  # fmt: skip
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# Where the project tells its users of variables: its messages, scripts, worlds and docs.
+TELLING = [ROOT / "kafkatunnel", ROOT / "scripts", ROOT / "tests" / "worlds", ROOT / "docs",
+           ROOT / "README.md"]  # fmt: skip
+VARIABLE = re.compile(r"\bKAFKATUNNEL_[A-Z0-9_]*[A-Z0-9]\b")
+MISSPELT = {"KAFKATUNNEL_NAMESPAC"}  # docs/configuration.md's example of a mistake
+
+
+def _variables_named() -> set[str]:
+    named: set[str] = set()
+    for place in TELLING:
+        for path in [place] if place.is_file() else place.rglob("*"):
+            if path.is_file() and path.suffix in ("", ".py", ".sh", ".md", ".toml"):
+                named |= set(VARIABLE.findall(path.read_text(errors="replace")))
+    return named - MISSPELT
+
+
+def test_up_starts_with_every_variable_the_project_names_set(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Each KAFKATUNNEL_* variable a message, script or page names, set as it says, and
+    `up` starts all the same: none is refused as "not a kafkatunnel setting" (as the
+    Apache Kafka demo's KAFKATUNNEL_KAFKA_LIB was). A setting's own variable is a setting
+    by construction; the others are set here, each to what it names."""
+    settings = {s.variable for s in all_settings(kafkatunnel_command()).values()}
+    others = _variables_named() - settings
+    assert {"KAFKATUNNEL_KAFKA_LIB", "KAFKATUNNEL_STATE_DIR"} <= others
+    (tmp_path / "kafkatunnel.toml").write_text("[profiles.dev]\n")
+    (tmp_path / "client.properties").write_text("client.id=x\n")
+    values = {
+        "KAFKATUNNEL_CONFIG": str(tmp_path / "kafkatunnel.toml"),
+        "KAFKATUNNEL_PROFILE": "dev",
+        "KAFKATUNNEL_STATE_DIR": str(tmp_path),
+        "KAFKATUNNEL_CLIENT_CONFIG": str(tmp_path / "client.properties"),
+        "KAFKATUNNEL_KAFKA_LIB": str(tmp_path),
+        "KAFKATUNNEL_TLS_PASSWORD": "secret",
+    }
+    env = {name: values.get(name, "x") for name in others}
+    port = free_port_run(8)
+    up = ManagedProcess(
+        [sys.executable, "-m", "kafkatunnel", "up", "--bootstrap", cluster.mock[0].address,
+         "--via", "exec", "--exec", cluster.exec_template(),
+         "--listen", f"127.0.0.1:{port}", "--no-table"],
+        name="kafkatunnel-up", env=env,
+    )  # fmt: skip
+    try:
+        up.wait_for_line(r"^bootstrap\.servers=127\.0\.0\.1:", timeout=30)
+    finally:
+        up.stop()
+    assert "not a kafkatunnel setting" not in up.output()
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])

@@ -38,11 +38,11 @@ PYSPARK_35 = PINNED_35.read_text().split("\npyspark==")[1].split()[0]  # what th
 
 def pyspark_35() -> Path:
     """Where scripts/_setup.sh installed PySpark 3.5 (a directory for PYTHONPATH)."""
-    configured = os.environ.get("KAFKATUNNEL_PYSPARK35")
+    configured = os.environ.get("KT_PYSPARK35")
     where = Path(configured or Path.home() / ".cache/kafkatunnel" / f"pyspark-{PYSPARK_35}")
     assert (where / "pyspark" / "jars").is_dir(), (
         f"PySpark {PYSPARK_35} is not in {where}: scripts/test installs it "
-        "(kt_pyspark35 in scripts/_setup.sh), or set KAFKATUNNEL_PYSPARK35"
+        "(kt_pyspark35 in scripts/_setup.sh), or set KT_PYSPARK35"
     )
     return where
 

@@ -45,7 +45,7 @@ from kafkatunnel.waiting import wait_for
 
 # The version scripts/keycloak/pom.xml names (<keycloak.version>); a test checks they agree.
 KEYCLOAK_VERSION = "26.5.6"
-HOME_VARIABLE = "KAFKATUNNEL_KEYCLOAK_HOME"
+HOME_VARIABLE = "KT_KEYCLOAK_HOME"
 REALM = "kafka"
 AUDIENCE = "kafka"
 CLIENT_ID, CLIENT_SECRET = "kafkatunnel", "kafkatunnel-client-s3cret"

@@ -50,7 +50,7 @@ from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.worlds.authority import Authority, Issued
 
 VERSION = "1.34.4"
-HOME_VARIABLE = "KAFKATUNNEL_KUBERNETES"  # where scripts/_setup.sh put it, if not the cache
+HOME_VARIABLE = "KT_KUBERNETES"  # where scripts/_setup.sh put it, if not the cache
 NODE = "kt-node"
 POD_SUBNET = "10.244.0.0/24"  # the pods' bridge's, inside the namespace
 BRIDGE = "kt0"
