@@ -139,12 +139,31 @@ def test_commands_of_blocks_not_run_still_parse(block: Block) -> None:
         elif len(words) > 1 and words[1].startswith("scripts/"):
             script = ROOT / words[1]
             assert script.is_file(), f"{block.name}: {words[1]} does not exist"
-            usage = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                                   text=True, timeout=60, cwd=ROOT).stdout  # fmt: skip
+            helped = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                                    text=True, timeout=60, cwd=ROOT)  # fmt: skip
+            assert helped.returncode == 0, f"{block.name}: {words[1]} --help: {helped.stderr}"
+            usage = helped.stdout
             for flag in (w.split("=")[0] for w in words[2:] if w.startswith("--")):
                 assert flag in usage, f"{block.name}: {words[1]} has no {flag}"
         elif words[0].startswith("scripts/"):
             assert (ROOT / words[0]).is_file(), f"{block.name}: {words[0]} does not exist"
+
+
+def test_the_benchmarks_run_on_the_set_up_their_page_names() -> None:
+    """They need the suite's set-up (kafka-python, Apache Kafka's jars, the test worlds),
+    not the demo's: their page gives the one command that makes it before its first
+    benchmark, and each benchmark runs with the Python of the virtualenv it makes (the one
+    this suite runs in: the test above asks each script's --help of it)."""
+    page = [b for b in BLOCKS if b.document == ROOT / "docs/benchmarks.md"]
+    setup = [b for b in page if b.need == "setup" and "scripts/test --setup-only" in b.lines()]
+    benchmarks = [b for b in BLOCKS if b.need == "benchmark"]
+    assert setup and benchmarks, "docs/benchmarks.md says how to set the benchmarks up"
+    assert setup[0].line < min(b.line for b in page if b.need == "benchmark")
+    assert '"--setup-only"' in (ROOT / "scripts/test").read_text()
+    for block in benchmarks:
+        for words in map(_words, block.lines()):
+            if len(words) > 1 and words[1].startswith("scripts/"):
+                assert words[0] == ".venv/bin/python", f"{block.name}: {' '.join(words[:2])}"
 
 
 # -- blocks that run ------------------------------------------------------------------------------
