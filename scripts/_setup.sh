@@ -8,6 +8,36 @@ KT_VENV="${KT_VENV:-$KT_ROOT/.venv}"
 
 kt_log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
+# What the set-up fetched or built is trusted only as it was when that step finished: the
+# step's last act seals its directory (kt_seal: a SHA-256 of every file in it, written
+# last), and a later set-up uses it only if every file still has its checksum (kt_sealed).
+# A step cut short, a file changed or lost since: no seal, or one that fails, and the step
+# runs again. A directory the user named (KT_KUBERNETES=..., say) is theirs: used as it is.
+KT_CACHE="$HOME/.cache/kafkatunnel"
+KT_SEAL=.kt-sha256
+kt_sealed() {
+  case "$1" in "$KT_CACHE"/* | "$KT_VENV"/*) ;; *) [ -e "$1" ]; return ;; esac
+  if [ -d "$1" ]; then
+    [ -f "$1/$KT_SEAL" ] && (cd "$1" && sha256sum --quiet --strict -c "$KT_SEAL" >/dev/null 2>&1)
+  else
+    [ -f "$1.sha256" ] && (cd "$(dirname "$1")" && sha256sum --quiet --strict -c "$1.sha256" >/dev/null 2>&1)
+  fi
+}
+# kt_seal PATH [SKIP...]: a directory's files (but those under its SKIP subdirectories,
+# which the program rewrites as it runs) or one file, sealed
+kt_seal() {
+  local path="$1" skip prune=()
+  shift
+  if [ -d "$path" ]; then
+    for skip in "$@"; do prune+=(-path "./$skip" -prune -o); done
+    (cd "$path" && find . "${prune[@]}" -type f ! -name "$KT_SEAL" ! -name "$KT_SEAL.partial" -print0 | sort -z |
+      xargs -0 -r sha256sum >"$KT_SEAL.partial" && mv "$KT_SEAL.partial" "$KT_SEAL")
+  else
+    (cd "$(dirname "$path")" && sha256sum "$(basename "$path")" >"$path.sha256.partial" &&
+      mv "$path.sha256.partial" "$path.sha256")
+  fi
+}
+
 # apt-get as root, waiting up to 5 minutes for the package database when another apt-get
 # (a machine's first-boot updates, say) holds its lock, instead of failing at once.
 # `apt-get update` ignores that option (apt 2.6), so it is retried while the lock is held.
@@ -80,7 +110,7 @@ kt_check_java() {
 #   kt_unpack_for_tests PACKAGE FILE-IT-SHIPS
 kt_unpack_for_tests() {
   local package="$1" target="$KT_VENV/opt/$1" work
-  if [ -x "$target/$2" ]; then return 0; fi
+  if kt_sealed "$target" && [ -x "$target/$2" ]; then return 0; fi
   if ! command -v apt-get >/dev/null 2>&1; then
     kt_log "no apt-get: the tests that need $package will say what they miss"
     return 0
@@ -93,6 +123,7 @@ kt_unpack_for_tests() {
   fi
   rm -rf "$target.partial" && mkdir -p "$target.partial"
   dpkg -x "$work/${package}"_*.deb "$target.partial"
+  kt_seal "$target.partial"
   rm -rf "$work" "$target" && mv "$target.partial" "$target"
 }
 
@@ -131,16 +162,19 @@ kt_maven() {
 }
 
 # The jars scripts/NAME/pom.xml names, with their dependencies, copied into DIR (a cache
-# outside the repository) whole or not at all: kt_maven_jars WHAT NAME DIR [MAVEN-ARG...]
+# outside the repository) whole or not at all, sealed: kt_maven_jars WHAT NAME DIR
+# [MAVEN-ARG...]. Maven checks each download against Central's checksum (-C: a mismatch
+# fails, it does not warn).
 kt_maven_jars() {
   local what="$1" name="$2" dir="$3"
   shift 3
   kt_maven
   kt_log "fetching $what from Maven Central into $dir"
   rm -rf "$dir.partial"
-  mvn -q -B -f "$KT_ROOT/scripts/$name/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -C -f "$KT_ROOT/scripts/$name/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$dir.partial" "$@"
-  mv "$dir.partial" "$dir"
+  kt_seal "$dir.partial"
+  rm -rf "$dir" && mv "$dir.partial" "$dir"
 }
 
 # Apache Kafka, for `demo --cluster apache` and the tests (kafkatunnel/demo/apache.py): its jars from
@@ -149,7 +183,7 @@ kt_maven_jars() {
 KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
 KT_KAFKA_LIB="${KAFKATUNNEL_KAFKA_LIB:-$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA_VERSION/lib}"
 kt_apache_kafka() {
-  if [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  if kt_sealed "$KT_KAFKA_LIB" && [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Apache Kafka $KT_KAFKA_VERSION" apache-kafka "$KT_KAFKA_LIB"
 }
 
@@ -158,7 +192,7 @@ kt_apache_kafka() {
 KT_KAFKA3_VERSION="$(sed -n 's:.*<kafka3.version>\(.*\)</kafka3.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
 KT_KAFKA3_LIB="$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA3_VERSION/lib"
 kt_apache_kafka3() {
-  if [ -f "$KT_KAFKA3_LIB/kafka_2.13-$KT_KAFKA3_VERSION.jar" ]; then return 0; fi
+  if kt_sealed "$KT_KAFKA3_LIB" && [ -f "$KT_KAFKA3_LIB/kafka_2.13-$KT_KAFKA3_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Apache Kafka $KT_KAFKA3_VERSION" apache-kafka "$KT_KAFKA3_LIB" \
     -Dkafka.version="$KT_KAFKA3_VERSION"
 }
@@ -169,7 +203,7 @@ kt_apache_kafka3() {
 KT_CONNECT_VERSION="$(sed -n 's:.*<connect.version>\(.*\)</connect.version>.*:\1:p' "$KT_ROOT/scripts/kafka-connect/pom.xml")"
 KT_CONNECT_LIB="${KT_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_CONNECT_VERSION/lib}"
 kt_kafka_connect() {
-  if [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_CONNECT_VERSION.jar" ]; then return 0; fi
+  if kt_sealed "$KT_CONNECT_LIB" && [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_CONNECT_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Kafka Connect $KT_CONNECT_VERSION" kafka-connect "$KT_CONNECT_LIB"
 }
 
@@ -178,7 +212,7 @@ kt_kafka_connect() {
 # the tests' Streams application (tests/apache/clients/StreamsCounter.java).
 KT_STREAMS_LIB="${KT_STREAMS_LIB:-$HOME/.cache/kafkatunnel/kafka-streams-$KT_KAFKA_VERSION/lib}"
 kt_kafka_streams() {
-  if [ -f "$KT_STREAMS_LIB/kafka-streams-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  if kt_sealed "$KT_STREAMS_LIB" && [ -f "$KT_STREAMS_LIB/kafka-streams-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
   kt_maven_jars "Kafka Streams $KT_KAFKA_VERSION" kafka-streams "$KT_STREAMS_LIB" \
     -Dkafka.version="$KT_KAFKA_VERSION"
 }
@@ -191,14 +225,14 @@ kt_kafka_streams() {
 KT_KEYCLOAK_VERSION="$(sed -n 's:.*<keycloak.version>\(.*\)</keycloak.version>.*:\1:p' "$KT_ROOT/scripts/keycloak/pom.xml")"
 KT_KEYCLOAK_HOME="${KT_KEYCLOAK_HOME:-$HOME/.cache/kafkatunnel/keycloak-$KT_KEYCLOAK_VERSION}"
 kt_keycloak() {
-  if [ -f "$KT_KEYCLOAK_HOME/.kt-built" ]; then return 0; fi
+  if kt_sealed "$KT_KEYCLOAK_HOME" && [ -x "$KT_KEYCLOAK_HOME/bin/kc.sh" ]; then return 0; fi
   kt_maven
   kt_log "fetching Keycloak $KT_KEYCLOAK_VERSION from Maven Central into $KT_KEYCLOAK_HOME"
   local partial="$KT_KEYCLOAK_HOME.partial"
   rm -rf "$partial" "$KT_KEYCLOAK_HOME"
-  mvn -q -B -f "$KT_ROOT/scripts/keycloak/pom.xml" dependency:unpack -Dkt.home="$partial"
+  mvn -q -B -C -f "$KT_ROOT/scripts/keycloak/pom.xml" dependency:unpack -Dkt.home="$partial"
   "$partial/keycloak-$KT_KEYCLOAK_VERSION/bin/kc.sh" build --db=dev-mem >/dev/null
-  touch "$partial/keycloak-$KT_KEYCLOAK_VERSION/.kt-built"
+  kt_seal "$partial/keycloak-$KT_KEYCLOAK_VERSION" data  # data/: what each start writes
   mv "$partial/keycloak-$KT_KEYCLOAK_VERSION" "$KT_KEYCLOAK_HOME"
   rm -rf "$partial"
 }
@@ -209,13 +243,14 @@ kt_keycloak() {
 KT_APICURIO_VERSION="$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' "$KT_ROOT/scripts/apicurio-registry/pom.xml")"
 KT_APICURIO_HOME="${KT_APICURIO_HOME:-$HOME/.cache/kafkatunnel/apicurio-registry-$KT_APICURIO_VERSION}"
 kt_apicurio_registry() {
-  if [ -f "$KT_APICURIO_HOME/apicurio-registry-runner-1-runner.jar" ]; then return 0; fi
+  if kt_sealed "$KT_APICURIO_HOME" && [ -f "$KT_APICURIO_HOME/apicurio-registry-runner-1-runner.jar" ]; then return 0; fi
   kt_maven
   kt_log "building Apicurio Registry $KT_APICURIO_VERSION from Maven Central into $KT_APICURIO_HOME"
   local partial="$KT_APICURIO_HOME.partial"
   rm -rf "$partial"
-  mvn -q -B -f "$KT_ROOT/scripts/apicurio-registry/pom.xml" package -Dkt.build="$partial"
-  mv "$partial" "$KT_APICURIO_HOME"
+  mvn -q -B -C -f "$KT_ROOT/scripts/apicurio-registry/pom.xml" package -Dkt.build="$partial"
+  kt_seal "$partial"
+  rm -rf "$KT_APICURIO_HOME" && mv "$partial" "$KT_APICURIO_HOME"
 }
 
 # PySpark 3.5, the older line kafkatunnel[verify] allows, for the tests that read object
@@ -225,12 +260,13 @@ kt_apicurio_registry() {
 KT_PYSPARK35_VERSION="$(sed -n 's/^pyspark==//p' "$KT_ROOT/scripts/pyspark-3.5/requirements.txt")"
 KT_PYSPARK35="${KT_PYSPARK35:-$HOME/.cache/kafkatunnel/pyspark-$KT_PYSPARK35_VERSION}"
 kt_pyspark35() {
-  if [ -f "$KT_PYSPARK35/pyspark/jars/spark-core_2.12-$KT_PYSPARK35_VERSION.jar" ]; then return 0; fi
+  if kt_sealed "$KT_PYSPARK35" && [ -f "$KT_PYSPARK35/pyspark/jars/spark-core_2.12-$KT_PYSPARK35_VERSION.jar" ]; then return 0; fi
   kt_log "installing PySpark $KT_PYSPARK35_VERSION (for the tests) into $KT_PYSPARK35"
   rm -rf "$KT_PYSPARK35.partial"
   "$KT_VENV/bin/python" -m pip install -q --no-compile --target "$KT_PYSPARK35.partial" \
     -r "$KT_ROOT/scripts/pyspark-3.5/requirements.txt"
-  mv "$KT_PYSPARK35.partial" "$KT_PYSPARK35"
+  kt_seal "$KT_PYSPARK35.partial"
+  rm -rf "$KT_PYSPARK35" && mv "$KT_PYSPARK35.partial" "$KT_PYSPARK35"
 }
 
 # Hadoop's S3A connector for `verify s3a://...` (kafkatunnel/verify/objectstore.py), at the
@@ -250,7 +286,7 @@ kt_hadoop_aws() {
     if [ ! -f "$jar" ]; then
       kt_maven
       kt_log "fetching hadoop-aws $version (with the AWS SDK bundle) from Maven Central"
-      mvn -q -B -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
+      mvn -q -B -C -f "$KT_ROOT/scripts/hadoop-aws/pom.xml" dependency:resolve -Dhadoop.version="$version"
     fi
     jar="org.apache.hadoop_hadoop-aws-$version.jar"
     if [ -f "$HOME/.ivy2/jars/$jar" ] || [ -f "$HOME/.ivy2.5.2/jars/$jar" ]; then continue; fi
@@ -276,28 +312,30 @@ KT_DEBIAN_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-minbase.tar"
 kt_docker_for_tests() {
   local package work
   kt_apt_packages docker-compose:docker-compose debootstrap:debootstrap
-  if ! docker info >/dev/null 2>&1 && [ ! -x "$KT_DOCKER_ENGINE/usr/sbin/dockerd" ]; then
+  if ! docker info >/dev/null 2>&1 && ! { kt_sealed "$KT_DOCKER_ENGINE" && [ -x "$KT_DOCKER_ENGINE/usr/sbin/dockerd" ]; }; then
     kt_log "unpacking Debian's Docker Engine (for the tests) into $KT_DOCKER_ENGINE"
     work="$(mktemp -d)" && chmod 755 "$work"
     if ! (cd "$work" && apt-get download -q docker.io containerd runc tini >/dev/null 2>&1); then
       kt_apt_update  # no package lists yet
       (cd "$work" && apt-get download -q docker.io containerd runc tini >/dev/null)
     fi
-    mkdir -p "$KT_DOCKER_ENGINE.partial"
+    rm -rf "$KT_DOCKER_ENGINE.partial" && mkdir -p "$KT_DOCKER_ENGINE.partial"
     for package in "$work"/*.deb; do dpkg -x "$package" "$KT_DOCKER_ENGINE.partial"; done
+    kt_seal "$KT_DOCKER_ENGINE.partial"
     rm -rf "$work" "$KT_DOCKER_ENGINE" && mv "$KT_DOCKER_ENGINE.partial" "$KT_DOCKER_ENGINE"
   fi
   if command -v npm >/dev/null 2>&1; then
     work="$HOME/.cache/kafkatunnel/devcontainers-cli-${KT_DEVCONTAINER_CLI##*@}"
-    if [ ! -x "$work/node_modules/.bin/devcontainer" ]; then
+    if ! { kt_sealed "$work" && [ -x "$work/node_modules/.bin/devcontainer" ]; }; then
       kt_log "installing $KT_DEVCONTAINER_CLI into $work"
       rm -rf "$work.partial" && mkdir -p "$work.partial"
       (cd "$work.partial" && npm install --no-audit --no-fund --loglevel=error \
         "$KT_DEVCONTAINER_CLI" >/dev/null)
-      mv "$work.partial" "$work"
+      kt_seal "$work.partial"
+      rm -rf "$work" && mv "$work.partial" "$work"
     fi
   fi
-  if [ ! -f "$KT_DEBIAN_ROOTFS" ] && [ "$(id -u)" = 0 ]; then
+  if ! kt_sealed "$KT_DEBIAN_ROOTFS" && [ "$(id -u)" = 0 ]; then
     kt_log "making a Debian root file system with debootstrap into $KT_DEBIAN_ROOTFS"
     work="$(mktemp -d)"
     /usr/sbin/debootstrap --variant=minbase "$(. /etc/os-release && echo "$VERSION_CODENAME")" \
@@ -305,6 +343,7 @@ kt_docker_for_tests() {
     mkdir -p "$(dirname "$KT_DEBIAN_ROOTFS")"
     tar -C "$work/root" -cf "$KT_DEBIAN_ROOTFS.partial" .
     mv "$KT_DEBIAN_ROOTFS.partial" "$KT_DEBIAN_ROOTFS"
+    kt_seal "$KT_DEBIAN_ROOTFS"
     rm -rf "$work"
   fi
 }
@@ -319,10 +358,11 @@ kt_client_libraries() {
   if command -v go >/dev/null 2>&1; then
     hash="$(cat "$clients/go/go.mod" "$clients/go/go.sum" "$clients/go/main.go" | sha256sum | cut -c1-12)"
     target="$HOME/.cache/kafkatunnel/go-client-$hash"
-    if [ ! -x "$target/client" ]; then
+    if ! { kt_sealed "$target" && [ -x "$target/client" ]; }; then
       kt_log "building the Go client (franz-go) into $target"
       rm -rf "$target.partial" && mkdir -p "$target.partial"
       (cd "$clients/go" && go build -mod=readonly -o "$target.partial/client" .)
+      kt_seal "$target.partial"
       rm -rf "$target" && mv "$target.partial" "$target"
     fi
   else
@@ -334,12 +374,13 @@ kt_client_libraries() {
   fi
   hash="$(sha256sum "$clients/js/package-lock.json" | cut -c1-12)"
   target="$HOME/.cache/kafkatunnel/js-clients-$hash"
-  if [ -d "$target/node_modules" ]; then return 0; fi
+  if kt_sealed "$target" && [ -d "$target/node_modules" ]; then return 0; fi
   kt_log "installing the JavaScript clients into $target"
   rm -rf "$target.partial" && mkdir -p "$target.partial"
   cp "$clients/js/package.json" "$clients/js/package-lock.json" "$target.partial/"
   (cd "$target.partial" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-  mv "$target.partial" "$target"
+  kt_seal "$target.partial"
+  rm -rf "$target" && mv "$target.partial" "$target"
 }
 
 # A real one-node Kubernetes for the tests (tests/worlds/kubernetes.py):
@@ -355,11 +396,20 @@ KT_KUBERNETES_DEBS=(etcd-server containerd runc containernetworking-plugins busy
 # The pods' Java (for Kafka in pods): a Debian root file system with its Java 17, by
 # debootstrap (Debian's package), as the container tests' image is made. Root only.
 KT_JAVA_ROOTFS="$HOME/.cache/kafkatunnel/images/debian-java17.tar"
+# Built whole (sealed), and each binary says it is the pinned release.
+kt_kubernetes_built() {
+  local binary
+  case "$KT_KUBERNETES" in "$KT_CACHE"/*) ;; *) return 0 ;; esac  # the user's own build
+  kt_sealed "$KT_KUBERNETES/bin" || return 1
+  for binary in kubelet kube-apiserver; do
+    [ "$("$KT_KUBERNETES/bin/$binary" --version 2>/dev/null)" = "Kubernetes $KT_KUBERNETES_VERSION" ] || return 1
+  done
+  "$KT_KUBERNETES/bin/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $KT_KUBERNETES_VERSION"
+}
 kt_kubernetes() {
   local go version="$KT_KUBERNETES_VERSION" minor work package
   go="$(command -v go || echo /usr/local/go/bin/go)"
-  if [ ! -x "$KT_KUBERNETES/bin/kubelet" ] || [ ! -x "$KT_KUBERNETES/bin/kube-apiserver" ] ||
-    [ ! -x "$KT_KUBERNETES/bin/kubectl" ]; then
+  if ! kt_kubernetes_built; then
     if [ ! -x "$go" ]; then
       kt_log "no Go toolchain: the real-Kubernetes tests will say so"
       return 0
@@ -377,9 +427,12 @@ kt_kubernetes() {
           -X k8s.io/component-base/version.gitTreeState=clean \
           -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z" \
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+    kt_seal "$KT_KUBERNETES/bin.partial"
     rm -rf "$KT_KUBERNETES/bin" && mv "$KT_KUBERNETES/bin.partial" "$KT_KUBERNETES/bin"
+    kt_kubernetes_built || { kt_log "the Kubernetes just built does not say it is $version"; return 1; }
   fi
-  if { [ ! -x "$KT_KUBERNETES/debian/usr/bin/containerd" ] || [ ! -x "$KT_KUBERNETES/debian/bin/busybox" ]; } &&
+  if ! { kt_sealed "$KT_KUBERNETES/debian" && [ -x "$KT_KUBERNETES/debian/usr/bin/containerd" ] &&
+    [ -x "$KT_KUBERNETES/debian/bin/busybox" ]; } &&
     command -v apt-get >/dev/null 2>&1; then
     kt_log "unpacking Debian's ${KT_KUBERNETES_DEBS[*]} (for the tests) into $KT_KUBERNETES/debian"
     work="$(mktemp -d)" && chmod 755 "$work"
@@ -389,9 +442,10 @@ kt_kubernetes() {
     fi
     rm -rf "$KT_KUBERNETES/debian.partial" && mkdir -p "$KT_KUBERNETES/debian.partial"
     for package in "$work"/*.deb; do dpkg -x "$package" "$KT_KUBERNETES/debian.partial"; done
+    kt_seal "$KT_KUBERNETES/debian.partial"
     rm -rf "$work" "$KT_KUBERNETES/debian" && mv "$KT_KUBERNETES/debian.partial" "$KT_KUBERNETES/debian"
   fi
-  if [ ! -f "$KT_JAVA_ROOTFS" ] && [ "$(id -u)" = 0 ]; then
+  if ! kt_sealed "$KT_JAVA_ROOTFS" && [ "$(id -u)" = 0 ]; then
     kt_apt_packages debootstrap:debootstrap
     kt_log "making a Debian root file system with Java 17 (for pods) into $KT_JAVA_ROOTFS"
     work="$(mktemp -d)"
@@ -401,6 +455,7 @@ kt_kubernetes() {
     mkdir -p "$(dirname "$KT_JAVA_ROOTFS")"
     tar -C "$work/root" -cf "$KT_JAVA_ROOTFS.partial" .
     mv "$KT_JAVA_ROOTFS.partial" "$KT_JAVA_ROOTFS"
+    kt_seal "$KT_JAVA_ROOTFS"
     rm -rf "$work"
   fi
 }
