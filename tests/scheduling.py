@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -181,15 +182,37 @@ class _Turns:
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
         """Each test's set-up, call and tear-down (where shared worlds start and stop)."""
-        if not _alone(item):
-            with turn(alone=False):
+        with _timed(item):
+            if not _alone(item):
+                with turn(alone=False):
+                    return (yield)
+            if self.held is None:
+                self.held = contextlib.ExitStack()
+                self.held.enter_context(turn(alone=True))
+            try:
                 return (yield)
-        if self.held is None:
-            self.held = contextlib.ExitStack()
-            self.held.enter_context(turn(alone=True))
-        try:
-            return (yield)
-        finally:
-            if not _alone(nextitem):
-                self.held.close()
-                self.held = None
+            finally:
+                if not _alone(nextitem):
+                    self.held.close()
+                    self.held = None
+
+
+TIMELINE = "KT_TESTS_TIMELINE"  # a file: each test's worker, start, end and group, as JSON lines
+
+
+@contextlib.contextmanager
+def _timed(item: pytest.Item) -> Iterator[None]:
+    """With KT_TESTS_TIMELINE set, a line per test (its wait for its turn, set-up, call and
+    tear-down): what the run's slowest worker spent its time on, for making the run shorter."""
+    where = os.environ.get(TIMELINE)
+    started = time.time()
+    try:
+        yield
+    finally:
+        if where:
+            marker = item.get_closest_marker("xdist_group")
+            line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                    "test": item.nodeid, "start": started, "end": time.time(),
+                    "group": marker.args[0] if marker and marker.args else None}  # fmt: skip
+            with open(where, "a") as timeline:  # one write per line: workers append whole lines
+                timeline.write(json.dumps(line) + "\n")
