@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import json
 import logging
 import os
 from collections import Counter
@@ -17,6 +18,7 @@ from kafkatunnel.demo import LocalCluster, isolation_problem
 from kafkatunnel.demo.apache import JIT
 from kafkatunnel.demo.netns import list_harness_namespaces
 from kafkatunnel.demo.processes import UNOBSERVED, unobserved_task_errors
+from tests.worlds.private_mounts import present
 
 pytest_plugins = ["tests.scheduling"]
 
@@ -53,6 +55,27 @@ def pytest_configure(config: pytest.Config) -> None:
     on every import."""
     if not hasattr(config, "workerinput"):
         compileall.compile_dir(ROOT / "kafkatunnel", quiet=1)
+        # before any world starts (the workers inherit it): see machine_paths_before
+        os.environ[MACHINE_PATHS_VARIABLE] = json.dumps(sorted(map(str, present())))
+
+
+MACHINE_PATHS_VARIABLE = "KT_TESTS_MACHINE_PATHS_BEFORE"
+
+
+@pytest.fixture(scope="session")
+def machine_paths_before() -> set[Path]:
+    """Which machine-wide paths a kubelet or containerd writes (/var/lib/kubelet, ...) the
+    machine had before the suite started: none other may exist after a test world ran."""
+    return {Path(p) for p in json.loads(os.environ[MACHINE_PATHS_VARIABLE])}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_machine_wide_paths_left(machine_paths_before: set[Path]) -> Iterator[None]:
+    """After this worker's tests (the Kubernetes and Docker worlds among them), none of
+    those paths exists that the machine did not have before the suite."""
+    yield
+    made = sorted(map(str, present() - machine_paths_before))
+    assert not made, f"the test worlds left machine-wide paths behind: {made}"
 
 
 class _UnobservedHere(logging.Handler):

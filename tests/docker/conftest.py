@@ -20,6 +20,7 @@ import pytest
 from kafkatunnel.demo import isolation_problem
 from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import wait_for
+from tests.worlds.private_mounts import PrivateMounts
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = Path(sys.prefix) / "opt/docker-engine"
@@ -61,7 +62,7 @@ def docker() -> Iterator[Docker]:
     if problem:
         pytest.skip(f"Docker's engine needs root: {problem}")
     env = dict(os.environ)
-    engine = None
+    engine, mounts = None, None
     interfaces = set(os.listdir("/sys/class/net"))
     work = Path(tempfile.mkdtemp(prefix="kt-docker-"))  # short: the socket's path is bounded
     if shutil.which("docker") is None or not answers(env):
@@ -69,11 +70,14 @@ def docker() -> Iterator[Docker]:
         assert dockerd.exists(), f"{dockerd} is missing: scripts/test unpacks Debian's docker.io"
         env["PATH"] = f"{ENGINE}/usr/bin{os.pathsep}{ENGINE}/usr/sbin{os.pathsep}{env['PATH']}"
         env["DOCKER_HOST"] = f"unix://{work}/docker.sock"
+        # its containerd writes /opt/containerd and /run/containerd/s whatever dockerd is
+        # told: in mounts of its own, the machine never sees them
+        mounts = PrivateMounts(work, name="docker").start()
         # no iptables rules: containers reach the host's bridge address without NAT
         engine = ManagedProcess(
-            [str(dockerd), "--iptables=false", "--data-root", str(work / "data"),
-             "--exec-root", str(work / "exec"), "--pidfile", str(work / "dockerd.pid"),
-             "-H", env["DOCKER_HOST"]],
+            mounts.enter([str(dockerd), "--iptables=false", "--data-root", str(work / "data"),
+                          "--exec-root", str(work / "exec"), "--pidfile", str(work / "dockerd.pid"),
+                          "-H", env["DOCKER_HOST"]]),
             name="dockerd", env=env,
         )  # fmt: skip
     try:
@@ -87,6 +91,9 @@ def docker() -> Iterator[Docker]:
     finally:
         if engine is not None:
             engine.stop(timeout=30)
+        if mounts is not None:
+            mounts.stop()
+        if engine is not None:
             # the engine's bridges only: other tests make links of their own meanwhile
             for made in set(os.listdir("/sys/class/net")) - interfaces:
                 if made == "docker0" or made.startswith("br-"):

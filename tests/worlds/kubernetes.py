@@ -1,13 +1,14 @@
 """A real one-node Kubernetes, for what only a real one shows: `kubectl port-forward`
 answered by kube-apiserver, the kubelet and containerd rather than by a stand-in.
 
-Everything runs in a network namespace of its own (entered with nsenter, so that the
-kubelet's and containerd's mounts are in the host's mount table, where stop() finds them):
-etcd and kube-apiserver on the namespace's loopback, the kubelet on the address of the pods'
-bridge, containerd over CRI with the bridge CNI plugin, so pod addresses exist only inside.
-kubectl on the host reaches the API server through a relay on the host's loopback (a socat
-there, a socat inside, a Unix socket between them): nothing of the cluster listens anywhere
-else.
+Everything runs in a network namespace of its own (entered with nsenter); the kubelet and
+containerd also in a mount namespace of their own (tests/worlds/private_mounts.py), where
+what they write to machine-wide paths lands in the cluster's directory and what they mount
+goes when they do. etcd and kube-apiserver listen on the namespace's loopback, the kubelet
+on the address of the pods' bridge, containerd over CRI with the bridge CNI plugin, so pod
+addresses exist only inside. kubectl on the host reaches the API server through a relay on
+the host's loopback (a socat there, a socat inside, a Unix socket between them): nothing of
+the cluster listens anywhere else.
 
 kube-apiserver authorizes with the Node and RBAC authorizers, users are client
 certificates from the cluster's own CA, service-account tokens are signed with a key made
@@ -48,6 +49,7 @@ from kafkatunnel.demo.netns import NETNS_RUN_DIR, NetworkNamespace
 from kafkatunnel.demo.processes import ManagedProcess
 from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.worlds.authority import Authority, Issued
+from tests.worlds.private_mounts import PrivateMounts, present
 
 VERSION = "1.34.4"
 HOME_VARIABLE = "KT_KUBERNETES"  # where scripts/_setup.sh put it, if not the cache
@@ -126,6 +128,8 @@ class KubernetesCluster:
         # short: Unix socket paths (containerd's, the relay's) are bounded
         self.workdir = Path(tempfile.mkdtemp(prefix="kt-k8s-"))
         self.namespace: NetworkNamespace | None = None
+        self.private_mounts = PrivateMounts(self.workdir, name="kubernetes")
+        self._machine_paths_before: set[Path] = set()
         self.processes: dict[str, ManagedProcess] = {}
         self.port = 0  # the API server's relay on the host's loopback
         self.admin: User | None = None
@@ -133,7 +137,6 @@ class KubernetesCluster:
         self._cgroups_before: dict[Path, set[str]] = {}
         self._namespace_name: str | None = None
         self._containers: set[str] = set()  # every container id seen, for leftovers()
-        self._cni_cache_made = False
         self._imported: set[str] = set()  # image names
         self._commands: dict[str, tuple[list[str], dict[str, str] | None]] = {}
 
@@ -279,6 +282,12 @@ class KubernetesCluster:
         assert self.namespace is not None
         return ["nsenter", f"--net={NETNS_RUN_DIR / self.namespace.name}", "--", *argv]
 
+    def _on_node(self, argv: list[str]) -> list[str]:
+        """`argv` run as the node's daemons run: in the cluster's network namespace and in
+        its private mounts."""
+        assert self.namespace is not None
+        return self.private_mounts.enter(argv, net=NETNS_RUN_DIR / self.namespace.name)
+
     def connect(self, host: str, port: int, timeout: float = 2.0) -> socket.socket:
         """A TCP connection from inside the cluster's network (a pod address, say)."""
         assert self.namespace is not None
@@ -289,7 +298,7 @@ class KubernetesCluster:
     def start(self) -> KubernetesCluster:
         try:
             self._cgroups_before = _cgroup_children()
-            self._cni_cache_made = not CNI_CACHE.exists()
+            self._machine_paths_before = present()
             self.namespace = NetworkNamespace()
             self._namespace_name = self.namespace.name
             self._node_address()
@@ -298,6 +307,7 @@ class KubernetesCluster:
             self._start_apiserver(pki)
             self._start_relay()
             self._wait_apiserver()
+            self.private_mounts.start()
             self._start_containerd()
             self._import_images()
             self._start_kubelet(pki)
@@ -336,24 +346,21 @@ class KubernetesCluster:
         if self.namespace is not None:
             self.namespace.close()  # kills what is left in it: containerd's shims
             self.namespace = None
+        self.private_mounts.stop()  # its mounts go with the last process in it
         _unmount_under(self.workdir)
         _remove_new_cgroups(self._cgroups_before)
-        if self._cni_cache_made:
-            for directory in (CNI_CACHE / "results", CNI_CACHE):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def leftovers(self) -> list[str]:
         """What of this cluster outlived stop(): processes, mounts, its network namespace,
-        its containers' cgroups, its directory. Empty when it left nothing behind."""
+        its containers' cgroups, its directory, a machine-wide path (/var/lib/kubelet, ...)
+        that was not there before it started. Empty when it left nothing behind."""
         found = [f"mount {m}" for m in mounts_under(self.workdir)]
         if self._namespace_name and (NETNS_RUN_DIR / self._namespace_name).exists():
             found.append(f"network namespace {self._namespace_name}")
         if self.workdir.exists():
             found.append(f"directory {self.workdir}")
-        if self._cni_cache_made and CNI_CACHE.exists():
-            found.append(f"directory {CNI_CACHE}")
+        found += [f"machine-wide {p}" for p in sorted(present() - self._machine_paths_before)]
         marks = [str(self.workdir), *self._containers]
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
@@ -573,7 +580,7 @@ state = "{state}"
 """
         (top).mkdir()
         (top / "config.toml").write_text(config)
-        self._process("containerd", self.inside([
+        self._process("containerd", self._on_node([
             str(self.debian / "usr/bin/containerd"), "--config", str(top / "config.toml"),
             "--log-level", "warn",
         ]), env=self._containerd_env())  # fmt: skip
@@ -658,7 +665,7 @@ state = "{state}"
         # the kubelet reaches the API server inside, not through the host's relay
         text = kubeconfig.read_text().replace(self.server, f"https://127.0.0.1:{APISERVER_PORT}")
         kubeconfig.write_text(text)
-        self._process("kubelet", self.inside([
+        self._process("kubelet", self._on_node([
             str(self.home / "bin/kubelet"), f"--config={root / 'config.yaml'}",
             f"--kubeconfig={kubeconfig}", f"--root-dir={root}",
             f"--hostname-override={NODE}", f"--node-ip={NODE_ADDRESS}", "--v=0",
@@ -847,8 +854,6 @@ def _unmount_under(directory: Path) -> None:
             subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
 
 
-# libcni keeps its results there, whatever containerd is told (empty once pods are gone)
-CNI_CACHE = Path("/var/lib/cni")
 CGROUP_NAMES = ("k8s.io", "kubepods", "kubepods.slice")  # what containerd and the kubelet make
 
 
