@@ -58,7 +58,7 @@ async def async_wait_for(
     what: str,
     interval: float = 0.02,
 ) -> T:
-    """The asyncio form of `wait_for`."""
+    """The asyncio form of `wait_for` (NeverHolds, too, ends it at once)."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
     while True:
@@ -66,6 +66,8 @@ async def async_wait_for(
             result = await condition()
             if result:
                 return result  # type: ignore[return-value]
+        except NeverHolds:
+            raise
         except Exception as error:
             last_error = error
         if time.monotonic() >= deadline:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 
 import pytest
 
 from kafkatunnel.demo.processes import ManagedProcess
-from kafkatunnel.waiting import NeverHolds
+from kafkatunnel.waiting import NeverHolds, async_wait_for
 
 pytestmark = pytest.mark.quick
 
@@ -31,3 +33,13 @@ def test_waiting_for_a_port_of_a_process_that_exited_fails_at_once() -> None:
             gone.wait_accepting(1, timeout=600)
     finally:
         gone.stop()
+
+
+def test_an_async_wait_on_a_condition_that_never_holds_ends_at_once() -> None:
+    async def gone() -> bool:
+        raise NeverHolds("the process exited")
+
+    started = time.monotonic()
+    with pytest.raises(NeverHolds, match="exited"):
+        asyncio.run(async_wait_for(gone, timeout=600, what="a process"))
+    assert time.monotonic() - started < 60
