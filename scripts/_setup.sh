@@ -73,6 +73,7 @@ KT_APT_COMMANDS=(
 KT_APT_TEST_COMMANDS=(
   ssh:openssh-client                                               # --exec templates, for real
   javac:openjdk-17-jdk-headless                                    # re-derives the JDK's hashes
+  fish:fish                                                        # reads `kafkatunnel env --format fish`
 )
 kt_apt_packages() {
   local missing=() pair

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kafkatunnel"
 # its own modules, without a circle). Written once, here.
 LAYERS = {
     "__init__": 0,  # the version, nothing else
-    "waiting": 0, "pids": 0, "files": 0, "hostnames": 0, "ratelimit": 0,
+    "waiting": 0, "pids": 0, "files": 0, "hostnames": 0, "ratelimit": 0, "client_settings": 0,
     "protocol": 1,
     "capture": 2, "dns": 2, "probe": 2,
     "tunnel": 3, "verify": 3, "privileges": 3,

@@ -8,12 +8,14 @@ waits until they are gone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from rich.console import Console
 from kafkatunnel.cli.options import port_option
 from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.files import create_private, state_dir, state_directory
-from kafkatunnel.pids import ours, pid_alive
+from kafkatunnel.pids import die_with_parent, ours, pid_alive
 from kafkatunnel.tunnel.control import fetch, running_tunnels
 
 START_TIMEOUT = 60.0
@@ -42,36 +44,59 @@ def running_or_exit(console: Console, port: int | None) -> dict[int, dict[str, A
     return tunnels
 
 
-def detach(console: Console, argv: list[str]) -> None:
-    args = [a for a in argv if a not in ("--detach", "-d")] + ["--no-table"]
+@dataclass
+class Started:
+    """A tunnel started in the background, serving: its process, its /status, its log."""
+
+    process: subprocess.Popen[bytes]
+    status: dict[str, Any]
+    log: Path
+
+
+def start_in_background(args: list[str], *, with_parent: bool = False) -> Started:
+    """`kafkatunnel ARGS` (an `up` command line) as a new session, its output in a log file
+    beside the tunnel's state file, once it serves; or exit 2 with what it said.
+    `with_parent`: the kernel ends it when this process dies (`run`), not only on `down`."""
     directory = state_directory(state_dir())
     log = directory / f"up-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
     with os.fdopen(create_private(log), "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kafkatunnel", *args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            preexec_fn=_session_with_parent if with_parent else os.setsid,
             env={**os.environ, "KAFKATUNNEL_DETACH": "0"},  # not again, whatever the profile
         )  # fmt: skip
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
             error(f"the tunnel exited ({process.returncode}) at start:\n{log.read_text().strip()}")
+            log.unlink(missing_ok=True)
             raise typer.Exit(2)
         mine = [s for s in running_tunnels().values() if s.get("pid") == process.pid]
         if mine:
-            status = json.loads(fetch(mine[0]["control"], "/status"))
-            print(f"bootstrap.servers={status['bootstrap_servers']}", flush=True)
-            console.print(
-                f"tunnel running in the background: pid {process.pid}, log {log}; "
-                "`kafkatunnel status` shows it, `kafkatunnel down` stops it",
-                highlight=False,
-            )
-            return
+            with contextlib.suppress(OSError):  # its control socket a moment after the file
+                status = json.loads(fetch(mine[0]["control"], "/status"))
+                return Started(process, status, log)
         time.sleep(0.1)
     process.terminate()
     error(f"the tunnel did not start within {START_TIMEOUT:g}s", f"see its log: {log}")
     raise typer.Exit(2)
+
+
+def _session_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    die_with_parent()
+
+
+def detach(console: Console, argv: list[str]) -> None:
+    args = [a for a in argv if a not in ("--detach", "-d")] + ["--no-table"]
+    started = start_in_background(args)
+    print(f"bootstrap.servers={started.status['bootstrap_servers']}", flush=True)
+    console.print(
+        f"tunnel running in the background: pid {started.process.pid}, log {started.log}; "
+        "`kafkatunnel status` shows it, `kafkatunnel down` stops it",
+        highlight=False,
+    )
 
 
 def down(

@@ -13,7 +13,18 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
-from kafkatunnel.cli import background, config, coordinator, demo, dns, doctor, tunnel, verify
+from kafkatunnel.cli import (
+    background,
+    config,
+    coordinator,
+    demo,
+    dns,
+    doctor,
+    env,
+    run,
+    tunnel,
+    verify,
+)
 from kafkatunnel.cli.helptext import prepare_help
 from kafkatunnel.cli.output import (
     UNBOUNDED,
@@ -64,6 +75,9 @@ app.command()(coordinator.coordinator)
 app.command()(tunnel.up)
 app.command()(tunnel.status)
 app.command()(background.down)
+# `run`'s arguments are `up`'s options and then the command: it reads them itself
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.run)
+app.command()(env.env)
 app.add_typer(dns.app, name="dns")
 app.command()(verify.verify)
 app.command()(doctor.doctor)

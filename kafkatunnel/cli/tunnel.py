@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
+import types
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -398,33 +401,42 @@ def up(
     ),
 ) -> None:
     """Open the tunnel and keep it open until Ctrl-C (or, with --detach, until `down`)."""
+    given = dict(locals())
     console = make_console()
     if detach:
         run_detached(console, sys.argv[1:])
         return
-    options = UpOptions(
-        reach=Reach(bootstrap, via, exec_template, tuple(mapping), tuple(broker)),
-        kube=KubeOptions(context, namespace, kubeconfig, target, selector, kafka_port),
-        serving=Serving(listen, advertise, for_containers, container_network,
-                        tuple(broker_port), metrics_listen, tuple(service), companions),
-        dns=DnsOptions(dns, dns_listen, dns_setup, dns_first_address, tuple(dns_zone),
-                       (namespace,) if namespace else ()),
-        tls=TlsFlags(tls, tls_ca, tls_cert, tls_key, tls_pkcs12, tls_password_file,
-                     tls_insecure, client_tls, kafka_user, show_password),
-        sasl=SaslFlags(sasl_mechanism, sasl_username, sasl_password_file, sasl_password_env,
-                       sasl_token_endpoint, sasl_client_id, sasl_client_secret_file,
-                       sasl_client_secret_env, sasl_scope, sasl_token_endpoint_ca,
-                       sasl_token_endpoint_insecure),
-        record=RecordFlags(None if record is None else Path(record), record_rotate,
-                           record_payloads),
-        limits=Limits(connect_timeout, start_timeout, max_connections, max_brokers),
-        running=Running(table, loop, mode, zero_copy),
-        guard=Guard(read_only, tuple(deny_api), tuple(allow_api)),
-    )  # fmt: skip
+    options = up_options(given)
     checked = check(options)  # a mistyped flag is said before the tunnel is loaded
     from kafkatunnel.cli.up_run import run_up
 
     run_up(console, options, checked)
+
+
+def up_options(given: Mapping[str, Any]) -> UpOptions:
+    """`up`'s parameters (by their names, as click hands them) as the options they say:
+    for `up` itself, and for `run`, which parses the same flags."""
+    g = types.SimpleNamespace(**given)
+    return UpOptions(
+        reach=Reach(g.bootstrap, g.via, g.exec_template, tuple(g.mapping), tuple(g.broker)),
+        kube=KubeOptions(g.context, g.namespace, g.kubeconfig, g.target, g.selector,
+                         g.kafka_port),
+        serving=Serving(g.listen, g.advertise, g.for_containers, g.container_network,
+                        tuple(g.broker_port), g.metrics_listen, tuple(g.service), g.companions),
+        dns=DnsOptions(g.dns, g.dns_listen, g.dns_setup, g.dns_first_address, tuple(g.dns_zone),
+                       (g.namespace,) if g.namespace else ()),
+        tls=TlsFlags(g.tls, g.tls_ca, g.tls_cert, g.tls_key, g.tls_pkcs12, g.tls_password_file,
+                     g.tls_insecure, g.client_tls, g.kafka_user, g.show_password),
+        sasl=SaslFlags(g.sasl_mechanism, g.sasl_username, g.sasl_password_file,
+                       g.sasl_password_env, g.sasl_token_endpoint, g.sasl_client_id,
+                       g.sasl_client_secret_file, g.sasl_client_secret_env, g.sasl_scope,
+                       g.sasl_token_endpoint_ca, g.sasl_token_endpoint_insecure),
+        record=RecordFlags(None if g.record is None else Path(g.record), g.record_rotate,
+                           g.record_payloads),
+        limits=Limits(g.connect_timeout, g.start_timeout, g.max_connections, g.max_brokers),
+        running=Running(g.table, g.loop, g.mode, g.zero_copy),
+        guard=Guard(g.read_only, tuple(g.deny_api), tuple(g.allow_api)),
+    )  # fmt: skip
 
 
 def status(as_json: bool = json_option(), port: int | None = port_option()) -> None:

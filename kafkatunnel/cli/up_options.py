@@ -226,6 +226,17 @@ class UpOptions:
     running: Running = field(default_factory=Running)
     guard: Guard = field(default_factory=Guard)
 
+    def target(self) -> dict[str, str]:
+        """The cluster these options reach, as the user named it: `run` joins a running
+        tunnel whose target is the same, rather than start a second one."""
+        reach, kube = self.reach, self.kube
+        named = {"via": reach.via, "bootstrap": reach.bootstrap, "exec": reach.exec_template,
+                 "map": " ".join(reach.mappings), "brokers": " ".join(reach.brokers),
+                 "context": kube.context, "namespace": kube.namespace,
+                 "kubeconfig": kube.kubeconfig, "target": kube.target,
+                 "selector": kube.selector, "kafka_port": kube.kafka_port}  # fmt: skip
+        return {key: "" if value is None else str(value) for key, value in named.items()}
+
 
 @dataclass(frozen=True)
 class Checked:

@@ -149,6 +149,7 @@ def run_up(console: Console, options: UpOptions, checked: Checked) -> None:
             advertise=advertise,
             audiences=audiences,
             policy=checked.policy,
+            target=options.target(),
         )
         if tls_flags.client:
             client = listener_tls(config.listen_host, told=config.told_hosts)

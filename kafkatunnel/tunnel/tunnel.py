@@ -137,6 +137,7 @@ class TunnelConfig:
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
     policy: Policy | None = None  # requests refused (--read-only, --deny-api, --allow-api)
     repeat_window: float = REPEAT_WINDOW  # seconds a repeated connection failure is counted
+    target: dict[str, str] = field(default_factory=dict)  # the cluster, as the user named it
 
     def __post_init__(self) -> None:
         """The one check of the tunnel's settings: each error names the flag at fault."""
@@ -805,6 +806,7 @@ class Tunnel:
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "via": self.forwarder.kind,
+            "target": self.config.target,  # what `run` joins by
             "pid": os.getpid(),
             "started_at": self.started_at,
             "mode": self.config.mode,
