@@ -31,7 +31,7 @@ from kafkatunnel.client_settings import (
 
 # A CA path as a user's state directory may spell it: spaces, quotes, $, backslashes,
 # the characters properties files escape, and beyond ASCII.
-AWKWARD = "/home/o'brien/My $HOME \"x\"/a\\b/c=d:e#f!g/é 🐟/ca.pem"
+AWKWARD = '/home/o\'brien/My $HOME "x"/a\\b/c=d:e#f!g/é 🐟/ca.pem'
 STATUS = {"bootstrap_servers": "127.0.0.1:9092", "client_tls": {"ca": AWKWARD}}
 FILES = {JAVA_FILE_VARIABLE: Path("/run/k t/client.properties"),
          LIBRDKAFKA_FILE_VARIABLE: Path("/run/k t/librdkafka.conf")}  # fmt: skip
@@ -45,9 +45,11 @@ def test_plain_tunnel_clients_need_only_where_it_listens() -> None:
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
         "SPRING_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
     }
-    assert java_properties(settings) == librdkafka_properties(settings) == {
-        "bootstrap.servers": "127.0.0.1:9092"
-    }
+    assert (
+        java_properties(settings)
+        == librdkafka_properties(settings)
+        == {"bootstrap.servers": "127.0.0.1:9092"}
+    )
 
 
 @pytest.mark.quick
@@ -146,11 +148,11 @@ def test_properties_are_read_back_by_javas_properties(tmp_path: Path) -> None:
         "import java.io.*; import java.util.*;\n"
         "public class Read { public static void main(String[] a) throws Exception {\n"
         "  Properties p = new Properties();\n"
-        "  try (Reader r = new InputStreamReader(new FileInputStream(a[0]), \"ISO-8859-1\")) "
+        '  try (Reader r = new InputStreamReader(new FileInputStream(a[0]), "ISO-8859-1")) '
         "{ p.load(r); }\n"
-        "  PrintStream out = new PrintStream(System.out, true, \"UTF-8\");\n"
-        "  for (String k : new TreeSet<>(p.stringPropertyNames())) out.print(k + \"\\0\" + "
-        "p.getProperty(k) + \"\\0\"); } }\n"
+        '  PrintStream out = new PrintStream(System.out, true, "UTF-8");\n'
+        '  for (String k : new TreeSet<>(p.stringPropertyNames())) out.print(k + "\\0" + '
+        'p.getProperty(k) + "\\0"); } }\n'
     )
     out = subprocess.run(["java", str(reader), str(tmp_path / "client.properties")],
                          capture_output=True, timeout=120, check=True).stdout  # fmt: skip
