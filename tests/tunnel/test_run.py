@@ -190,3 +190,17 @@ def test_eval_env_in_bash_then_kcat_consumes(cluster: LocalCluster, tmp_path: Pa
         assert len(done.stdout.splitlines()) == MESSAGES
     finally:
         up.stop()
+
+
+def test_a_tunnel_that_dies_while_the_command_runs_is_said_and_the_command_runs_on(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    state, after = tmp_path / "state", tmp_path / "after"
+    killing = (f"{sys.executable} -m kafkatunnel status --json | {sys.executable} -c "
+               "'import json, os, sys; os.kill(json.load(sys.stdin)[\"pid\"], 9)'; "
+               f"sleep 3; touch {after}")  # fmt: skip
+    done = _run(cluster, state, "sh", "-c", killing)
+    assert done.returncode == 0, done.stderr
+    assert after.exists()
+    assert "the tunnel exited (-9) while the command runs" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -24,7 +24,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 public class JavaClient {
     public static void main(String[] args) throws Exception {
-        String mode = args[0], bootstrap = args[1], topic = args[2];
+        // env:NAME: the address from the environment variable NAME, as an application
+        // configured only by its environment (Spring Boot's SPRING_KAFKA_*) reads it
+        String mode = args[0], topic = args[2];
+        String bootstrap = args[1].startsWith("env:") ? System.getenv(args[1].substring(4)) : args[1];
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
         if (mode.equals("produce")) {

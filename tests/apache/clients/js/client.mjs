@@ -8,12 +8,15 @@
 import { Consumer, Producer, stringDeserializers, stringSerializers } from '@platformatic/kafka'
 import kafkajs from 'kafkajs'
 
-const [library, mode, bootstrap, topic, ...rest] = process.argv.slice(2)
+const [library, mode, given, topic, ...rest] = process.argv.slice(2)
+// env:NAME: the address from the environment variable NAME (KAFKA_BOOTSTRAP_SERVERS), as
+// an application configured only by its environment reads it
+const bootstrap = given.startsWith('env:') ? process.env[given.slice(4)] : given
 const deadline = Date.now() + 60_000
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 async function withKafkajs () {
-  const kafka = new kafkajs.Kafka({ clientId: 'kafkatunnel-test', brokers: [bootstrap],
+  const kafka = new kafkajs.Kafka({ clientId: 'kafkatunnel-test', brokers: bootstrap.split(','),
     logLevel: kafkajs.logLevel.ERROR })
   if (mode === 'produce') {
     const producer = kafka.producer({ allowAutoTopicCreation: true })

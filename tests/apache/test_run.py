@@ -1,0 +1,79 @@
+"""`kafkatunnel run -- CMD` with applications as their users start them, on Apache Kafka
+4.4, each consuming with a group on every coordinator: Kafka's console consumer reading
+the client.properties KAFKA_CLIENT_PROPERTIES names, a Java program that reads only
+SPRING_KAFKA_BOOTSTRAP_SERVERS from its environment (as Spring Boot's relaxed binding
+does) and a Node program (kafkajs) reading KAFKA_BOOTSTRAP_SERVERS."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from kafkatunnel.demo import free_port_run
+from kafkatunnel.demo.apache import JIT
+from tests.apache.test_clients import DEADLINE, MESSAGES
+from tests.apache.test_clients import js_client as js_client  # the fixture, for this module
+from tests.worlds.apache import ApacheKafka
+
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+
+
+def _run(kafka: ApacheKafka, script: str, *flags: str, exec_template: str | None = None,
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    argv = [sys.executable, "-m", "kafkatunnel", "run", "--bootstrap", kafka.bootstrap(),
+            "--exec", exec_template or kafka.exec_template(),
+            "--listen", f"127.0.0.1:{free_port_run(8)}", *flags,
+            "--", "sh", "-c", script]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def _topic_and_groups(kafka: ApacheKafka, java_classes: str, name: str) -> tuple[str, list[str]]:
+    """A topic with MESSAGES records, produced inside the cluster's network, not through a
+    tunnel, and a group coordinated by each broker."""
+    topic = f"run-{name}-{uuid.uuid4().hex[:6]}"
+    client = ["java", "-Xmx256m", JIT, "-cp", java_classes, "JavaClient", "produce"]
+    produce = kafka.inside([*client, kafka.bootstrap(), topic, str(MESSAGES)])
+    result = subprocess.run(produce, capture_output=True, text=True, timeout=DEADLINE)
+    assert f"PRODUCED {MESSAGES}" in result.stdout, result.stderr[-2000:]
+    spread = kafka.groups_by_coordinator(1, prefix=f"{topic}-g")
+    assert sorted(spread) == [0, 1, 2]
+    return topic, [group for (group,) in (spread[n] for n in sorted(spread))]
+
+
+def test_kafkas_console_consumer_reads_the_client_properties(
+    apache_kafka: ApacheKafka, java_classes: str, tmp_path: Path
+) -> None:
+    topic, groups = _topic_and_groups(apache_kafka, java_classes, "console")
+    classpath = shlex.quote(f"{apache_kafka.lib}/*")
+    consume = " && ".join(
+        f"java -Xmx256m {JIT} -cp {classpath} {CONSOLE_CONSUMER} "
+        f'--bootstrap-server "$KAFKA_BOOTSTRAP_SERVERS" --command-config '
+        f'"$KAFKA_CLIENT_PROPERTIES" --topic {topic} --group {group} --from-beginning '
+        f"--max-messages {MESSAGES} --timeout-ms 60000 > {tmp_path / group}"
+        for group in groups
+    )
+    done = _run(apache_kafka, consume)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for group in groups:
+        assert len(set((tmp_path / group).read_text().split())) == MESSAGES, group
+
+
+def test_an_env_only_java_program_and_a_node_program_consume(
+    apache_kafka: ApacheKafka, java_classes: str, js_client: str
+) -> None:
+    topic, groups = _topic_and_groups(apache_kafka, java_classes, "apps")
+    java_program = f"java -Xmx256m {JIT} -cp {shlex.quote(java_classes)} JavaClient"
+    node_program = f"node {shlex.quote(js_client)} kafkajs"
+    script = " && ".join(
+        [f"{java_program} consume env:SPRING_KAFKA_BOOTSTRAP_SERVERS {topic} {g}-java "
+         f"{MESSAGES} classic" for g in groups]
+        + [f"{node_program} consume env:KAFKA_BOOTSTRAP_SERVERS {topic} {g}-node {MESSAGES}"
+           for g in groups]
+    )  # fmt: skip
+    done = _run(apache_kafka, script, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    consumed = [line for line in done.stdout.splitlines() if line.startswith("CONSUMED ")]
+    assert consumed == [f"CONSUMED {MESSAGES}"] * 6, done.stdout
