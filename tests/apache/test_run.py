@@ -21,11 +21,9 @@ from tests.worlds.apache import ApacheKafka
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
 
-def _run(kafka: ApacheKafka, script: str, *flags: str, exec_template: str | None = None,
-         timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _run(kafka: ApacheKafka, script: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "kafkatunnel", "run", "--bootstrap", kafka.bootstrap(),
-            "--exec", exec_template or kafka.exec_template(),
-            "--listen", f"127.0.0.1:{free_port_run(8)}", *flags,
+            "--exec", kafka.exec_template(), "--listen", f"127.0.0.1:{free_port_run(8)}",
             "--", "sh", "-c", script]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
