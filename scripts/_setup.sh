@@ -166,6 +166,8 @@ kt_maven() {
 # outside the repository) whole or not at all, sealed: kt_maven_jars WHAT NAME DIR
 # [MAVEN-ARG...]. Maven checks each download against Central's checksum (-C: a mismatch
 # fails, it does not warn).
+# DIR also keeps what it was fetched by (.kt-fetched: the pom's checksum and the Maven
+# arguments), so that a pom that changed (a jar added, at the same version) fetches again.
 kt_maven_jars() {
   local what="$1" name="$2" dir="$3"
   shift 3
@@ -174,8 +176,23 @@ kt_maven_jars() {
   rm -rf "$dir.partial"
   mvn -q -B -C -f "$KT_ROOT/scripts/$name/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$dir.partial" "$@"
+  kt_maven_fetched_by "$name" "$@" >"$dir.partial/.kt-fetched"
   kt_seal "$dir.partial"
   rm -rf "$dir" && mv "$dir.partial" "$dir"
+}
+kt_maven_fetched_by() {
+  local name="$1"
+  shift
+  (cd "$KT_ROOT/scripts/$name" && sha256sum pom.xml) && printf '%s\n' "$@"
+}
+# kt_maven_current NAME DIR JAR [MAVEN-ARG...]: DIR holds, sealed, what kt_maven_jars
+# fetches for these arguments today (a directory the user named: as it is, if it has JAR)
+kt_maven_current() {
+  local name="$1" dir="$2" jar="$3"
+  shift 3
+  kt_sealed "$dir" && [ -f "$dir/$jar" ] || return 1
+  case "$dir" in "$KT_CACHE"/*) ;; *) return 0 ;; esac
+  [ "$(cat "$dir/.kt-fetched" 2>/dev/null)" = "$(kt_maven_fetched_by "$name" "$@")" ]
 }
 
 # Apache Kafka, for `demo --cluster apache` and the tests (kafkatunnel/demo/apache.py): its jars from
@@ -184,7 +201,7 @@ kt_maven_jars() {
 KT_KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
 KT_KAFKA_LIB="${KAFKATUNNEL_KAFKA_LIB:-$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA_VERSION/lib}"
 kt_apache_kafka() {
-  if kt_sealed "$KT_KAFKA_LIB" && [ -f "$KT_KAFKA_LIB/kafka_2.13-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  if kt_maven_current apache-kafka "$KT_KAFKA_LIB" "kafka_2.13-$KT_KAFKA_VERSION.jar"; then return 0; fi
   kt_maven_jars "Apache Kafka $KT_KAFKA_VERSION" apache-kafka "$KT_KAFKA_LIB"
 }
 
@@ -193,7 +210,8 @@ kt_apache_kafka() {
 KT_KAFKA3_VERSION="$(sed -n 's:.*<kafka3.version>\(.*\)</kafka3.version>.*:\1:p' "$KT_ROOT/scripts/apache-kafka/pom.xml")"
 KT_KAFKA3_LIB="$HOME/.cache/kafkatunnel/apache-kafka-$KT_KAFKA3_VERSION/lib"
 kt_apache_kafka3() {
-  if kt_sealed "$KT_KAFKA3_LIB" && [ -f "$KT_KAFKA3_LIB/kafka_2.13-$KT_KAFKA3_VERSION.jar" ]; then return 0; fi
+  if kt_maven_current apache-kafka "$KT_KAFKA3_LIB" "kafka_2.13-$KT_KAFKA3_VERSION.jar" \
+    -Dkafka.version="$KT_KAFKA3_VERSION"; then return 0; fi
   kt_maven_jars "Apache Kafka $KT_KAFKA3_VERSION" apache-kafka "$KT_KAFKA3_LIB" \
     -Dkafka.version="$KT_KAFKA3_VERSION"
 }
@@ -204,7 +222,7 @@ kt_apache_kafka3() {
 KT_CONNECT_VERSION="$(sed -n 's:.*<connect.version>\(.*\)</connect.version>.*:\1:p' "$KT_ROOT/scripts/kafka-connect/pom.xml")"
 KT_CONNECT_LIB="${KT_CONNECT_LIB:-$HOME/.cache/kafkatunnel/kafka-connect-$KT_CONNECT_VERSION/lib}"
 kt_kafka_connect() {
-  if kt_sealed "$KT_CONNECT_LIB" && [ -f "$KT_CONNECT_LIB/connect-runtime-$KT_CONNECT_VERSION.jar" ]; then return 0; fi
+  if kt_maven_current kafka-connect "$KT_CONNECT_LIB" "connect-runtime-$KT_CONNECT_VERSION.jar"; then return 0; fi
   kt_maven_jars "Kafka Connect $KT_CONNECT_VERSION" kafka-connect "$KT_CONNECT_LIB"
 }
 
@@ -213,7 +231,8 @@ kt_kafka_connect() {
 # the tests' Streams application (tests/apache/clients/StreamsCounter.java).
 KT_STREAMS_LIB="${KT_STREAMS_LIB:-$HOME/.cache/kafkatunnel/kafka-streams-$KT_KAFKA_VERSION/lib}"
 kt_kafka_streams() {
-  if kt_sealed "$KT_STREAMS_LIB" && [ -f "$KT_STREAMS_LIB/kafka-streams-$KT_KAFKA_VERSION.jar" ]; then return 0; fi
+  if kt_maven_current kafka-streams "$KT_STREAMS_LIB" "kafka-streams-$KT_KAFKA_VERSION.jar" \
+    -Dkafka.version="$KT_KAFKA_VERSION"; then return 0; fi
   kt_maven_jars "Kafka Streams $KT_KAFKA_VERSION" kafka-streams "$KT_STREAMS_LIB" \
     -Dkafka.version="$KT_KAFKA_VERSION"
 }

@@ -65,6 +65,8 @@ appender.stdout.layout.type = PatternLayout
 appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
+logger.lifecycle.name = kafka.server.BrokerLifecycleManager
+logger.lifecycle.level = INFO
 """
 LOG4J_1 = """\
 log4j.rootLogger=WARN, stdout

@@ -341,6 +341,17 @@ def test_a_sasl_listener_is_said_to_want_a_login_before_its_brokers_are_listed(
         up.stop()
 
 
+def test_each_brokers_own_log_reaches_its_output(apache_kafka: ApacheKafka) -> None:
+    """Kafka logs through SLF4J: without the binding its release ships (and its pom does not
+    name), every line is dropped, a broker that cannot start says nothing, and a pod's log
+    is SLF4J's warning alone. Each node's output has its KafkaRaftServer's start."""
+    for node, process in enumerate(apache_kafka.processes):
+        output = process.output()
+        assert "NOP" not in output, output[-2000:]
+        started = rf"KafkaRaftServer nodeId={node}\] Kafka Server started"
+        assert re.search(started, output), output[-2000:]
+
+
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:
     """scripts/apache-kafka/pom.xml (what the set-up fetches) is the one place a version is
     changed, scripts/kafka-connect/pom.xml Connect's: the constants and the docs that name
