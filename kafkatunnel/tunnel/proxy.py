@@ -460,6 +460,9 @@ class ClientConnection:
         task = asyncio.get_running_loop().create_task(self._ended_if_broken(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # a task cancelled before it first ran never awaited `work`: close it, or Python
+        # warns of a coroutine never awaited (closing one that ran is a no-op)
+        task.add_done_callback(lambda _: work.close())
         return task
 
     async def _ended_if_broken(self, work: Coroutine[object, object, None]) -> None:
