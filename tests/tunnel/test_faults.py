@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import select
 import socket
 import time
 import uuid
@@ -19,7 +20,7 @@ from kafkatunnel.demo.workload import consume_group, produce
 from kafkatunnel.hostnames import split_address
 from kafkatunnel.tunnel import ExecForwarder, PortInUse, Tunnel, TunnelConfig
 from kafkatunnel.tunnel.background import BackgroundTunnel
-from kafkatunnel.waiting import wait_for
+from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.tunnel.conftest import MakeTunnel
 
 
@@ -99,15 +100,35 @@ def _dead_port() -> int:
 
 def _fail_clients(tunnel: BackgroundTunnel, count: int) -> dict[str, Any]:
     """`count` clients at once, each closed by the tunnel; its bootstrap's status once all
-    are counted."""
+    are counted. Each close waits for a forward command to start and fail, `count` of
+    them at once: the deadline is for a busy machine (a prompt close has a test of its
+    own, alone)."""
     host, port = split_address(tunnel.bootstrap_servers)
     clients = [socket.create_connection((host, port)) for _ in range(count)]
-    for client in clients:
-        assert _closed_by_peer(client, within=10)
-        client.close()
+    still_open = set(clients)
+
+    def all_closed() -> bool:
+        readable, _, _ = select.select(list(still_open), [], [], 0.2)
+        for client in readable:
+            try:
+                if client.recv(4096):
+                    continue  # an answer: not closed
+            except ConnectionResetError:
+                pass
+            still_open.discard(client)
+        return not still_open
+
+    try:
+        wait_for(all_closed, timeout=60, what=f"the tunnel to close all {count} clients")
+    except DeadlineExceeded as error:
+        endpoint = tunnel.status()["endpoints"][0]
+        raise AssertionError(f"{error}: {len(still_open)} still open; {endpoint}") from None
+    finally:
+        for client in clients:
+            client.close()
     return wait_for(
         lambda: (e := tunnel.status()["endpoints"][0])["errors"] == count and e,
-        timeout=10,
+        timeout=30,
         what=f"status to count the {count} failures",
     )
 
