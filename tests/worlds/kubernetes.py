@@ -37,6 +37,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,16 +241,33 @@ class KubernetesCluster:
             status = self.api("GET", path).get("status", {})
         except (ApiError, OSError) as error:
             return f"the pod could not be read: {error}"
-        told = [f"phase {status.get('phase')}"]
+        told = [f"phase {status.get('phase')}, IP {status.get('podIP')}"]
         for container in status.get("containerStatuses", []):
             state = container.get("state", {})
             told.append(f"container {container.get('name')}: {json.dumps(state)}, "
                         f"{container.get('restartCount', 0)} restarts")  # fmt: skip
+        told.extend(self._last_events(name, namespace))  # a failing probe says how it failed
         try:
             log = self.api("GET", f"{path}/log?tailLines=40")
         except (ApiError, OSError) as error:
             log = f"(no log: {error})"
         return "; ".join(told) + f"; its log ends:\n{log}"
+
+    def _last_events(self, name: str, namespace: str, count: int = 5) -> list[str]:
+        """The pod's last events (the kubelet's "Readiness probe failed: ...", say)."""
+        selector = urllib.parse.quote(f"involvedObject.kind=Pod,involvedObject.name={name}")
+        try:
+            listed = self.api("GET", f"/api/v1/namespaces/{namespace}/events"
+                                     f"?fieldSelector={selector}")  # fmt: skip
+        except (ApiError, OSError) as error:
+            return [f"no events: {error}"]
+
+        def when(event: dict[str, Any]) -> str:
+            return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+        events = sorted(listed.get("items", []), key=when)
+        return [f"event {e.get('reason')} x{e.get('count', 1)}: {e.get('message')}"
+                for e in events[-count:]]  # fmt: skip
 
     def delete_pod(self, name: str, *, namespace: str = "default", timeout: float = 60) -> None:
         """Delete the pod and wait until the API server has forgotten it (the kubelet
