@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import random
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kafkatunnel.protocol import BrokerAddress, frame, response_header_version
+from kafkatunnel.protocol import BrokerAddress, frame, response_header_version, wire
 
 
 def _register_kio_strategies() -> None:
@@ -148,3 +149,18 @@ def map_addresses(
         if mapped is not inner:
             changes[field.name] = mapped
     return dataclasses.replace(value, **changes) if changes else value
+
+
+def api_versions_v5(node: int, cluster: str | None = "c1", correlation_id: int = 7) -> bytes:
+    """An ApiVersions v5 request as Kafka 4.4's clients send it (ApiVersionsRequest.json,
+    KIP-1242: it names the node meant), written by hand: kio's schemas end at v4."""
+    body = wire.write_string("apache-kafka-java", True) + wire.write_string("4.4.0", True)
+    body += b"\x00" if cluster is None else wire.write_string(cluster, True)
+    body += wire.write_int32(node) + b"\x00"
+    header = struct.pack(">hhi", 18, 5, correlation_id) + wire.write_string("consumer-g-1", False)
+    return frame(header + b"\x00" + body)
+
+
+def api_versions_answer(error: int, correlation_id: int = 7) -> bytes:
+    """An ApiVersions answer with `error` and no APIs (REBOOTSTRAP_REQUIRED is 129)."""
+    return frame(struct.pack(">ih", correlation_id, error) + b"\x01\x00\x00\x00\x00\x00")

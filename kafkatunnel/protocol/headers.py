@@ -2,7 +2,8 @@
 
 Request header v1 is api_key, api_version, correlation_id, client_id (a legacy nullable
 string, even in v2); v2 adds tagged fields. Flexible API versions use v2, others v1
-(ControlledShutdown v0 uses v0, without client_id). A response header is the correlation id,
+(ControlledShutdown v0 uses v0, without client_id; ApiVersions is known at every version,
+even one newer than kio's). A response header is the correlation id,
 plus tagged fields (v1) for flexible versions, except ApiVersions which always answers with v0.
 """
 
@@ -18,6 +19,7 @@ from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.schema import FIXED, is_flexible, response_plan
 
 API_VERSIONS = 18
+API_VERSIONS_FLEXIBLE = 3
 CONTROLLED_SHUTDOWN = 7
 PRODUCE = 0
 
@@ -36,6 +38,11 @@ class RequestHeader(NamedTuple):
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
+    if api_key == API_VERSIONS and api_version >= API_VERSIONS_FLEXIBLE:
+        # a client's first request, sent before it knows what the broker reads, at versions
+        # newer than kio's (v5, KIP-1242, names the node meant): flexible from v3 on, as
+        # ApiVersionsRequest.json says ("flexibleVersions": "3+"), at every later version
+        return 2
     return 2 if is_flexible(api_key, api_version) else 1
 
 

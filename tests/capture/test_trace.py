@@ -18,8 +18,15 @@ from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from kafkatunnel.capture.recorder import Listener, Recorder
+from kafkatunnel.protocol.api_versions import REBOOTSTRAP_REQUIRED
 from kafkatunnel.verify.calls import FileDecoder
-from tests.kio_messages import encode, request_frame, response_frame
+from tests.kio_messages import (
+    api_versions_answer,
+    api_versions_v5,
+    encode,
+    request_frame,
+    response_frame,
+)
 
 pytestmark = pytest.mark.quick
 
@@ -194,3 +201,26 @@ def test_legacy_sasl_tokens_never_reach_a_recording(
     data = b"".join(written)
     assert b"s3cr3t" not in data and trace.broken is None
     assert after[4:] in data and answered[4:] in data  # Kafka again once the tokens are done
+
+
+def test_an_api_versions_newer_than_kio_is_recorded_and_shows_the_node_meant(
+    tmp_path: Path,
+) -> None:
+    """Kafka 4.4's clients open with ApiVersions v5 (KIP-1242), naming the node they mean;
+    a broker that is not it answers REBOOTSTRAP_REQUIRED. kio's schemas end at v4, yet the
+    recording keeps both (ApiVersions is flexible from v3 on, at every version), so verify
+    sees the connection reached another broker."""
+    from kafkatunnel.verify.events import MISDIRECTED, events_of
+
+    recorder = Recorder(tmp_path)
+    recording = recorder.connection(LISTENER, CLIENT, SERVER)
+    recording.from_client([api_versions_v5(2, correlation_id=1)])
+    recording.to_client([api_versions_answer(REBOOTSTRAP_REQUIRED, correlation_id=1)])
+    recording.closed()
+    recorder.close()
+    (path,) = recorder.files
+    decoder = FileDecoder(str(path), path.read_bytes()).run()
+    assert decoder.summary.problems == []
+    (call,) = decoder.calls
+    (event,) = [e for e in events_of(call) if e.kind == MISDIRECTED]
+    assert (event.node, call.conn.node) == (2, 2)

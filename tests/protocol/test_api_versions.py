@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import struct
 import typing
 from datetime import timedelta
 from typing import Any
@@ -16,7 +15,15 @@ from kio.schema.errors import ErrorCode
 
 from kafkatunnel.protocol import cap_api_versions, rewrite_caps
 from kafkatunnel.protocol.schema import known_versions
-from tests.kio_messages import decode, encode, response_body, response_frame, responses
+from tests.kio_messages import (
+    api_versions_answer,
+    api_versions_v5,
+    decode,
+    encode,
+    response_body,
+    response_frame,
+    responses,
+)
 
 pytestmark = pytest.mark.quick
 
@@ -155,31 +162,15 @@ def test_a_recording_tunnel_caps_every_api_to_what_it_can_read() -> None:
     assert ranges[produce] == (0, known_versions(produce).stop - 1)
 
 
-def _api_versions_v5(node: int, cluster: str | None = "c1") -> bytes:
-    """An ApiVersions v5 request as Kafka 4.4's clients send it (ApiVersionsRequest.json)."""
-    from kafkatunnel.protocol import wire as w
-
-    body = w.write_string("apache-kafka-java", True) + w.write_string("4.4.0", True)
-    body += b"\x00" if cluster is None else w.write_string(cluster, True)
-    body += w.write_int32(node) + b"\x00"
-    header = struct.pack(">hhi", API_VERSIONS, 5, 7) + w.write_string("consumer-g-1", False)
-    payload = header + b"\x00" + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _answer(error: int) -> bytes:
-    payload = struct.pack(">ih", 7, error) + b"\x01\x00\x00\x00\x00\x00"
-    return struct.pack(">i", len(payload)) + payload
-
-
 @pytest.mark.parametrize("cluster_id", ["c1", None])
 def test_rebootstrap_required_names_the_node_the_client_meant(cluster_id: str | None) -> None:
     from kafkatunnel.protocol import misdirected_to
 
-    assert misdirected_to(_api_versions_v5(2, cluster_id), _answer(129)) == 2
-    assert misdirected_to(_api_versions_v5(2, cluster_id), _answer(0)) is None
-    assert misdirected_to(_api_versions_v5(-1, cluster_id), _answer(129)) is None  # not said
-    older = bytearray(_api_versions_v5(2, cluster_id))
+    refused, fine = api_versions_answer(129), api_versions_answer(0)
+    assert misdirected_to(api_versions_v5(2, cluster_id), refused) == 2
+    assert misdirected_to(api_versions_v5(2, cluster_id), fine) is None
+    assert misdirected_to(api_versions_v5(-1, cluster_id), refused) is None  # not said
+    older = bytearray(api_versions_v5(2, cluster_id))
     older[7] = 4  # v4 names no node
-    assert misdirected_to(bytes(older), _answer(129)) is None
-    assert misdirected_to(_api_versions_v5(2, cluster_id)[:-6], _answer(129)) is None  # cut short
+    assert misdirected_to(bytes(older), refused) is None
+    assert misdirected_to(api_versions_v5(2, cluster_id)[:-6], refused) is None  # cut short
