@@ -252,8 +252,8 @@ class ByteWalk:
             return pos
         sub = field.struct
         assert sub is not None
-        if kind is STRUCT:
-            return self.struct(sub, pos, node_id)
+        if kind is STRUCT:  # count 0: a nullable struct that is null
+            return self.struct(sub, pos, node_id) if count else pos
         for _ in range(count):
             pos = self.struct(sub, pos, node_id)
         return pos
