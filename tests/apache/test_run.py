@@ -2,18 +2,23 @@
 4.4, each consuming with a group on every coordinator: Kafka's console consumer reading
 the client.properties KAFKA_CLIENT_PROPERTIES names, a Java program that reads only
 SPRING_KAFKA_BOOTSTRAP_SERVERS from its environment (as Spring Boot's relaxed binding
-does) and a Node program (kafkajs) reading KAFKA_BOOTSTRAP_SERVERS."""
+does) and a Node program (kafkajs) reading KAFKA_BOOTSTRAP_SERVERS; and `run --record
+--verify`, one line for CI, passing a consumer whose group is on broker 1 and failing the
+same consumer behind a forward that leads every broker to broker 0."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from kafkatunnel.demo import free_port_run
-from kafkatunnel.demo.apache import JIT
+from kafkatunnel.demo.apache import JIT, broker_host
 from tests.apache.test_clients import DEADLINE, MESSAGES
 from tests.apache.test_clients import js_client as js_client  # the fixture, for this module
 from tests.worlds.apache import ApacheKafka
@@ -21,10 +26,12 @@ from tests.worlds.apache import ApacheKafka
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
 
-def _run(kafka: ApacheKafka, script: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _run(
+    kafka: ApacheKafka, script: str, *up: str, timeout: float = 300, exec_template: str = ""
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "kafkatunnel", "run", "--bootstrap", kafka.bootstrap(),
-            "--exec", kafka.exec_template(), "--listen", f"127.0.0.1:{free_port_run(8)}",
-            "--", "sh", "-c", script]  # fmt: skip
+            "--exec", exec_template or kafka.exec_template(), "--listen",
+            f"127.0.0.1:{free_port_run(8)}", *up, "--", "sh", "-c", script]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
@@ -75,3 +82,39 @@ def test_an_env_only_java_program_and_a_node_program_consume(
     assert done.returncode == 0, done.stderr[-3000:]
     consumed = [line for line in done.stdout.splitlines() if line.startswith("CONSUMED ")]
     assert consumed == [f"CONSUMED {MESSAGES}"] * 6, done.stdout
+
+
+@pytest.mark.parametrize("misrouted", [False, True], ids=["routed", "all-to-broker-0"])
+def test_run_record_verify_passes_a_routed_consumer_and_fails_a_misrouted_one(
+    apache_kafka: ApacheKafka, java_classes: str, tmp_path: Path, misrouted: bool
+) -> None:
+    """A Java consumer (Kafka 4.4's client) whose group broker 1 coordinates, through `run
+    --record DIR --verify`. Routed, it reads every record and run exits 0. Misrouted (every
+    broker's forward opened to broker 0, as one port-forward and a hosts entry do), broker
+    0 refuses the connections meant for broker 1 (REBOOTSTRAP_REQUIRED, KIP-1242), run
+    exits non-zero, says verify failed, and the recording judges the group misrouted."""
+    topic, groups = _topic_and_groups(apache_kafka, java_classes, "verify")
+    group = groups[1]
+    template = apache_kafka.exec_template()
+    if misrouted:
+        template = template.replace("{host}", broker_host(0))
+    record = tmp_path / "recording"
+    consume = (f"java -Xmx256m {JIT} -cp {shlex.quote(java_classes)} JavaClient consume "
+               f'"$KAFKA_BOOTSTRAP_SERVERS" {topic} {group} {MESSAGES} classic')  # fmt: skip
+    done = _run(apache_kafka, consume, "--record", str(record), "--verify",
+                exec_template=template, timeout=600)  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, "-m", "kafkatunnel", "verify", "--in-process", "--json", "-",
+         str(record)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    verdicts = {v["key"]: v for v in json.loads(report.stdout)["groups"]}
+    if not misrouted:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"CONSUMED {MESSAGES}" in done.stdout, done.stdout[-2000:]
+        assert verdicts[group]["verdict"] == "ok", verdicts[group]
+        return
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "verify failed" in done.stderr or "verify: failed" in done.stderr, done.stderr[-3000:]
+    assert verdicts[group]["verdict"] == "misrouted", verdicts[group]
+    assert "REBOOTSTRAP_REQUIRED" in " ".join(verdicts[group]["reasons"]), verdicts[group]
