@@ -18,7 +18,6 @@ from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from kafkatunnel.capture.recorder import Listener, Recorder
-from kafkatunnel.protocol.api_versions import REBOOTSTRAP_REQUIRED
 from kafkatunnel.verify.calls import FileDecoder
 from tests.kio_messages import (
     api_versions_answer,
@@ -30,6 +29,7 @@ from tests.kio_messages import (
 
 pytestmark = pytest.mark.quick
 
+REBOOTSTRAP_REQUIRED = 129  # the error a broker gives a client that meant another (KIP-1242)
 LISTENER = Listener(2, "kafka-1.kafka-headless.shop.svc.cluster.local:9092", "127.0.0.1:19094")
 CLIENT, SERVER = ("127.0.0.1", 40001), ("127.0.0.1", 19094)
 
