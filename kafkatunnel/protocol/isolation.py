@@ -32,7 +32,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.types import GroupId, TransactionalId
 
 from kafkatunnel.protocol import wire
-from kafkatunnel.protocol.errors import MalformedMessage, ProtocolError
+from kafkatunnel.protocol.errors import MalformedMessage
 from kafkatunnel.protocol.headers import response_body_offset
 from kafkatunnel.protocol.rewrite import ByteWalk, Edit, splice
 from kafkatunnel.protocol.schema import (
@@ -46,7 +46,6 @@ from kafkatunnel.protocol.schema import (
 )
 
 ID_TYPES = (GroupId, TransactionalId)
-FIND_COORDINATOR = 10
 FIND_COORDINATOR_KEYS = frozenset({"key", "coordinator_keys"})  # kio types them as str
 # Answers that list the cluster's ids: kept as the cluster has them (see the docstring)
 LISTING_ANSWERS = frozenset({16, 66})  # ListGroups, ListTransactions
@@ -171,7 +170,7 @@ def isolate_request(
     plan = request_ids(api_key, api_version)
     if plan is None:
         return frame
-    return _rewrite(frame, plan, body_offset, lambda name: isolation.isolated(name))
+    return _rewrite(frame, plan, body_offset, isolation.isolated)
 
 
 def restore_response(frame: bytes, api_key: int, api_version: int, isolation: Isolation) -> bytes:
@@ -255,7 +254,6 @@ class _IdWalk:
 __all__ = [
     "IdPlan",
     "Isolation",
-    "ProtocolError",
     "check_suffix",
     "id_plan",
     "isolate_request",
