@@ -13,7 +13,7 @@ import datetime
 import ipaddress
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,11 +100,11 @@ def check_kubectl(kubectl: Kubectl, start: StartCheck | None = None) -> list[Res
     if start is not None:
         found = _find_brokers(start, out)
         kubectl = start.forwarder.kubectl  # in the namespace up would use
-    out += _check_rbac(kubectl)
+    forwarder = start.forwarder if start is not None and found else None
+    out += asyncio.run(_check_permissions(kubectl, forwarder))
     if start is not None and found:
-        rbac_ok = all(r.status != FAIL for r in out)  # an optional verb is skipped
-        out += _check_secrets(start.forwarder)
-        out.append(_check_companions(start.forwarder))
+        needed = {f"RBAC: {verb} {resource}" for verb, resource in RBAC_VERBS}
+        rbac_ok = all(r.status != FAIL for r in out if r.check in needed)
         out.append(_check_forward(start, rbac_ok=rbac_ok))
     return out
 
@@ -122,47 +122,54 @@ def _find_brokers(start: StartCheck, out: list[Result]) -> bool:
     return True
 
 
-def _check_rbac(kubectl: Kubectl) -> list[Result]:
-    out = []
+async def _check_permissions(kubectl: Kubectl, forwarder: KubectlForwarder | None) -> list[Result]:
+    """The RBAC verbs, and with the broker pods found the CA's secret and the companions:
+    every question at once (each is a kubectl of its own, a second or more on a busy
+    laptop), answered in this order."""
     where = f" in namespace {kubectl.namespace}" if kubectl.namespace else ""
-    for verb, resource in RBAC_VERBS:
-        name = f"RBAC: {verb} {resource}"
-        try:
-            allowed = asyncio.run(kubectl.can_i(verb, resource))
-        except (KubectlError, TimeoutError, OSError) as error:
-            out.append(Result(name, FAIL, "could not ask", str(error)))
-            continue
-        if allowed:
-            out.append(Result(name, PASS, f"allowed{where}"))
-        else:
-            out.append(Result(
-                name, FAIL, f"forbidden{where}",
-                f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
-                f"(check: kubectl {' '.join(can_i_args(verb, resource))})",
-            ))  # fmt: skip
-    out.append(_check_watch(kubectl, where))
-    return out
+    asks: list[Awaitable[list[Result]]] = [
+        _check_verb(kubectl, verb, resource, where) for verb, resource in RBAC_VERBS
+    ]
+    asks.append(_check_watch(kubectl, where))
+    if forwarder is not None:
+        asks += [_check_secrets(forwarder), _check_companions(forwarder)]
+    return [result for results in await asyncio.gather(*asks) for result in results]
 
 
-def _check_watch(kubectl: Kubectl, where: str) -> Result:
+async def _check_verb(kubectl: Kubectl, verb: str, resource: str, where: str) -> list[Result]:
+    name = f"RBAC: {verb} {resource}"
+    try:
+        allowed = await kubectl.can_i(verb, resource)
+    except (KubectlError, TimeoutError, OSError) as error:
+        return [Result(name, FAIL, "could not ask", str(error))]
+    if allowed:
+        return [Result(name, PASS, f"allowed{where}")]
+    return [Result(
+        name, FAIL, f"forbidden{where}",
+        f"ask your cluster admin for a Role granting `{verb}` on `{resource}`{where} "
+        f"(check: kubectl {' '.join(can_i_args(verb, resource))})",
+    )]  # fmt: skip
+
+
+async def _check_watch(kubectl: Kubectl, where: str) -> list[Result]:
     """`watch` on pods is optional: with it `up` follows the broker pods as they change;
     without it, it lists them every half second while a broker is down."""
     name = "RBAC: watch pods (optional)"
     try:
-        allowed = asyncio.run(kubectl.can_i("watch", "pods"))
+        allowed = await kubectl.can_i("watch", "pods")
     except (KubectlError, TimeoutError, OSError) as error:
-        return Result(name, SKIP, "could not ask", str(error))
+        return [Result(name, SKIP, "could not ask", str(error))]
     if allowed:
-        return Result(name, PASS, f"allowed{where}: up follows the broker pods as they change")
-    return Result(
+        return [Result(name, PASS, f"allowed{where}: up follows the broker pods as they change")]
+    return [Result(
         name, SKIP,
         f"not granted{where}: up lists the pods every half second while a broker is down",
         "for a broker pod made again to be followed the moment it changes, ask for `watch` on "
         f"`pods`{where} (check: kubectl {' '.join(can_i_args('watch', 'pods'))})",
-    )  # fmt: skip
+    )]  # fmt: skip
 
 
-def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
+async def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
     """Where the pods' CA is kept (Strimzi, Confluent for Kubernetes, Bitnami): whether
     `up --tls` can read it itself."""
     found = cluster_ca.sources(forwarder.pods)
@@ -171,7 +178,7 @@ def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
     kubectl, secret = forwarder.kubectl, found[0].secret
     where = f" -n {kubectl.namespace}" if kubectl.namespace else ""
     try:
-        allowed = asyncio.run(kubectl.can_i("get", "secrets"))
+        allowed = await kubectl.can_i("get", "secrets")
     except (KubectlError, TimeoutError, OSError) as error:
         return [Result("RBAC: get secrets", FAIL, "could not ask", str(error))]
     if allowed:
@@ -185,19 +192,19 @@ def _check_secrets(forwarder: KubectlForwarder) -> list[Result]:
     )]  # fmt: skip
 
 
-def _check_companions(forwarder: KubectlForwarder) -> Result:
+async def _check_companions(forwarder: KubectlForwarder) -> list[Result]:
     """The services beside the brokers that `up --companions` would forward."""
     services = ServiceForwarder(forwarder, [], discover=True)
     try:
-        asyncio.run(services.prepare())
+        await services.prepare()
     except KubectlError as error:
-        return Result("companions", WARN, "cannot list services",
-                      f"{error} (up --service NAME still forwards one by name)")  # fmt: skip
+        return [Result("companions", WARN, "cannot list services",
+                       f"{error} (up --service NAME still forwards one by name)")]  # fmt: skip
     found = [f"{t.kind} {t.name}:{t.port}" for t in services.targets()]
     if not found:
-        return Result("companions", PASS, "none found (Schema Registry, Connect, Kafka Bridge, "
-                      "Keycloak); up --service NAME forwards any service")  # fmt: skip
-    return Result("companions", PASS, f"{', '.join(found)}: up --companions forwards them")
+        return [Result("companions", PASS, "none found (Schema Registry, Connect, Kafka Bridge, "
+                       "Keycloak); up --service NAME forwards any service")]  # fmt: skip
+    return [Result("companions", PASS, f"{', '.join(found)}: up --companions forwards them")]
 
 
 def check_certificates(

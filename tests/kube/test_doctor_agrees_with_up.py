@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,28 @@ CASES: dict[str, tuple[dict[str, Any], str | None, bool, str]] = {
                                    "no pods at all in the current namespace"),
 }  # fmt: skip
 STARTS = {"minimal-rbac", "strimzi-kraft-no-flags", "bitnami-no-flags"}
+DOCTOR_WITHIN = 120  # each kubectl may take seconds on a machine as busy as the suite's
 
 
 def _argv(command: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "kafkatunnel", command, *args]
+
+
+def _doctor(flags: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """doctor's answer; one that does not come within DOCTOR_WITHIN (about ten kubectl
+    calls, most side by side, and a port-forward) fails the test with where it waited:
+    SIGABRT makes Python's faulthandler write every thread's stack."""
+    argv = _argv("doctor", "--json", *flags)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**env, "PYTHONFAULTHANDLER": "1"}) as doctor:  # fmt: skip
+        try:
+            out, err = doctor.communicate(timeout=DOCTOR_WITHIN)
+        except subprocess.TimeoutExpired:
+            doctor.send_signal(signal.SIGABRT)
+            out, err = doctor.communicate(timeout=30)
+            pytest.fail(f"doctor did not end within {DOCTOR_WITHIN} s; it wrote {out!r} and, "
+                        f"stopped, where it waited:\n{err}")  # fmt: skip
+    return subprocess.CompletedProcess(argv, doctor.returncode, out, err)
 
 
 def _up_starts(argv: list[str], state: Path) -> tuple[bool, str]:
@@ -68,8 +87,7 @@ def test_doctor_passes_exactly_when_up_starts(
     flags += ["-n", "kafka"] if name_namespace else []
 
     env = {**os.environ, "KAFKATUNNEL_STATE_DIR": str(tmp_path)}
-    doctor = subprocess.run(_argv("doctor", "--json", *flags), capture_output=True, text=True,
-                            timeout=60, env=env)  # fmt: skip
+    doctor = _doctor(flags, env)
     report = json.loads(doctor.stdout)
     details = " ".join(f"{c['check']}: {c['status']}: {c['detail']}" for c in report["checks"])
     started, output = _up_starts(
