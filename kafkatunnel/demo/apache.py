@@ -65,8 +65,12 @@ appender.stdout.layout.type = PatternLayout
 appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
-logger.lifecycle.name = kafka.server.BrokerLifecycleManager
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+logger.lifecycle.name = org.apache.kafka.server.BrokerLifecycleManager
 logger.lifecycle.level = INFO
+logger.quorum.name = org.apache.kafka.raft.QuorumState
+logger.quorum.level = INFO
 """
 LOG4J_1 = """\
 log4j.rootLogger=WARN, stdout
@@ -74,6 +78,9 @@ log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
 log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.kafka.server.KafkaRaftServer=INFO
+log4j.logger.kafka.server.BrokerServer=INFO
+log4j.logger.kafka.server.BrokerLifecycleManager=INFO
+log4j.logger.org.apache.kafka.raft.QuorumState=INFO
 """
 
 

@@ -344,12 +344,19 @@ def test_a_sasl_listener_is_said_to_want_a_login_before_its_brokers_are_listed(
 def test_each_brokers_own_log_reaches_its_output(apache_kafka: ApacheKafka) -> None:
     """Kafka logs through SLF4J: without the binding its release ships (and its pom does not
     name), every line is dropped, a broker that cannot start says nothing, and a pod's log
-    is SLF4J's warning alone. Each node's output has its KafkaRaftServer's start."""
+    is SLF4J's warning alone. Each node's output has its KafkaRaftServer's start, and the
+    steps of its broker's start-up that say where one waits (kafkatunnel.demo.apache's
+    LOG4J names Kafka 4.4's loggers: a renamed one logs nothing and fails here)."""
+    steps = [r"KafkaRaftServer nodeId={node}\] Kafka Server started",
+             r"The broker has caught up\. Transitioning from STARTING to RECOVERY",
+             r"The broker has been unfenced\. Transitioning from RECOVERY to RUNNING",
+             r"\(kafka\.server\.BrokerServer\)",
+             r"\(org\.apache\.kafka\.raft\.QuorumState\)"]  # fmt: skip
     for node, process in enumerate(apache_kafka.processes):
         output = process.output()
         assert "NOP" not in output, output[-2000:]
-        started = rf"KafkaRaftServer nodeId={node}\] Kafka Server started"
-        assert re.search(started, output), output[-2000:]
+        for step in steps:
+            assert re.search(step.format(node=node), output), (step, output[-2000:])
 
 
 def test_the_fetched_version_is_the_one_the_cluster_runs() -> None:

@@ -29,6 +29,7 @@ import http.client
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -232,6 +233,37 @@ class KubernetesCluster:
                 error.__cause__
             )
         return pod
+
+    def java_threads(
+        self, name: str, *, namespace: str = "default", threads: str = ".", lines: int = 14
+    ) -> str:
+        """The top of each stack whose thread's name matches `threads` (a regular
+        expression), in the JVM that is the pod's first container (its process 1): SIGQUIT
+        makes a JVM write every thread's stack to its output and go on."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            statuses = self.api("GET", path).get("status", {}).get("containerStatuses", [])
+            container = str(statuses[0]["containerID"]).split("://")[-1]
+            killed = self._ctr("tasks", "kill", "--signal", "SIGQUIT", container, timeout=20)
+        except (ApiError, OSError, LookupError, subprocess.TimeoutExpired) as error:
+            return f"(no thread dump: {error})"
+        if killed.returncode != 0:
+            return f"(no thread dump: ctr said {killed.stderr.strip()})"
+
+        def dumped() -> str | None:
+            log = str(self.api("GET", f"{path}/log?tailLines=5000"))
+            start = log.rfind("Full thread dump")
+            return log[start:] if start >= 0 and "JNI global refs" in log[start:] else None
+
+        try:
+            what = f"pod {namespace}/{name}'s JVM to write its threads"
+            dump: str = wait_for(dumped, timeout=30, interval=0.5, what=what)
+        except DeadlineExceeded as error:
+            return f"(no thread dump: {error})"
+        stacks = [block.splitlines()[:lines] for block in dump.split("\n\n")[1:]]
+        named = re.compile(f'^"(?:{threads})')
+        running = [s for s in stacks if s and named.match(s[0]) and "\tat " in "\n".join(s)]
+        return "its JVM's threads:\n" + "\n\n".join("\n".join(s) for s in running)
 
     def pod_story(self, name: str, *, namespace: str = "default") -> str:
         """What a pod that is not ready is doing: its phase, each container's state and

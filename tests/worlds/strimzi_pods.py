@@ -41,7 +41,7 @@ from typing import Any
 
 from kafkatunnel.demo.apache import CONTROLLER_PORT, JIT, LOG4J, REPLICATION_PORT, kafka_lib
 from kafkatunnel.demo.harness import ClusterBroker, groups_by_coordinator
-from kafkatunnel.waiting import wait_for
+from kafkatunnel.waiting import DeadlineExceeded, wait_for
 from tests.worlds.apache import LISTENERS, broker_settings
 from tests.worlds.authority import Authority
 from tests.worlds.kubernetes import (
@@ -70,6 +70,9 @@ JAVA_OPTIONS = (
 )
 HOSTS_MARK = "# kafkatunnel: the Kafka pods"
 START_TIMEOUT = 240.0
+# Kafka's threads that say where a start-up waits (KafkaRaftServer's, the raft client's,
+# the broker's lifecycle manager's, the quorum controller's and the metadata loader's)
+KAFKA_THREADS = "main|kafka-|raft|broker-|quorum-controller|controller-|metadata"
 
 
 def _b64(data: bytes) -> str:
@@ -211,14 +214,25 @@ class StrimziKafka:
         made: dict[str, Any] = self.kube.api("GET", path)
         return made
 
+    def wait_node_ready(self, node: int, timeout: float = START_TIMEOUT) -> dict[str, Any]:
+        """Node's pod once Ready (Kafka listens); failing, what the pod and Kafka's own
+        threads (the start-up in `main`, the raft, lifecycle and controller threads) were
+        doing."""
+        name = self.pod_name(node)
+        try:
+            return self.kube.wait_pod_ready(name, namespace=self.namespace, timeout=timeout)
+        except DeadlineExceeded as error:
+            threads = self.kube.java_threads(name, namespace=self.namespace,
+                                             threads=KAFKA_THREADS)  # fmt: skip
+            raise DeadlineExceeded(f"{error}\n{threads}") from error.__cause__
+
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Until every pod is Ready and every broker in the metadata, and a group has a
         coordinator (the offsets topic exists)."""
         from kafkatunnel.probe import ProbeConnection
 
         for node in range(self.nodes):
-            self.kube.wait_pod_ready(self.pod_name(node), namespace=self.namespace,
-                                     timeout=timeout)  # fmt: skip
+            self.wait_node_ready(node, timeout)
 
         def ready() -> bool:
             try:

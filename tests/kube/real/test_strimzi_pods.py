@@ -316,8 +316,7 @@ def test_a_broker_pod_made_again_with_a_new_ip_loses_nothing_acknowledged(
         with under_load(bootstrap, "strimzi-moved") as load:
             moved = strimzi_kafka.replace_pod(1, probed=probed)
             name = strimzi_kafka.pod_name(1)
-            strimzi_kafka.kube.wait_pod_ready(name, namespace=strimzi_kafka.namespace,
-                                              timeout=240)  # fmt: skip
+            strimzi_kafka.wait_node_ready(1, timeout=240)
             if not probed:  # Ready already: from the moment Kafka listens in the pod
                 ip = moved["status"]["podIP"]
 
