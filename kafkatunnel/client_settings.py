@@ -69,7 +69,12 @@ TRUSTED_CA = ClientSetting(
         Variable("SPRING_KAFKA_SSL_TRUSTSTORELOCATION", _spring_resource),
     ),
 )
-TABLE = (BOOTSTRAP, SECURITY_PROTOCOL, TRUSTED_CA_TYPE, TRUSTED_CA)
+SASL_MECHANISM = ClientSetting(  # librdkafka reads sasl.mechanism as sasl.mechanisms
+    "sasl.mechanism",
+    "sasl.mechanism",
+    (Variable("KAFKA_SASL_MECHANISM"), Variable("SPRING_KAFKA_PROPERTIES_SASL_MECHANISM")),
+)
+TABLE = (BOOTSTRAP, SECURITY_PROTOCOL, TRUSTED_CA_TYPE, TRUSTED_CA, SASL_MECHANISM)
 FORMATS = ("sh", "fish", "powershell", "dotenv", "json", "properties", "librdkafka")
 
 
@@ -78,14 +83,21 @@ class SettingsError(ValueError):
 
 
 def client_settings(status: Mapping[str, Any]) -> dict[ClientSetting, str]:
-    """The settings a client of the tunnel whose `status` this is needs: where it listens
-    and, when it serves clients TLS (--client-tls), the CA to trust. In the other modes the
-    tunnel logs in for its clients, or passes their own login through untouched."""
+    """The settings a client of the tunnel whose `status` this is needs: where it listens;
+    when it serves clients TLS (--client-tls), the CA to trust; when the cluster wants a
+    login the tunnel does not make for its clients, the security.protocol that carries
+    the client's own and its mechanism, when the listener enables one (never the user or
+    a secret: those are the client's). Otherwise the tunnel logs in for its clients."""
     settings = {BOOTSTRAP: str(status["bootstrap_servers"])}
     client_tls = status.get("client_tls")
     if client_tls:
         settings |= {SECURITY_PROTOCOL: "SSL", TRUSTED_CA_TYPE: "PEM",
                      TRUSTED_CA: str(client_tls["ca"])}  # fmt: skip
+    login = status.get("client_login")
+    if login:
+        settings[SECURITY_PROTOCOL] = str(login["security_protocol"])
+        if len(login["mechanisms"]) == 1:  # of several, the client's credentials choose
+            settings[SASL_MECHANISM] = str(login["mechanisms"][0])
     for value in settings.values():
         if not value or any(c in value for c in "\r\n\0"):
             raise SettingsError(f"{value!r} cannot be a client setting")

@@ -19,6 +19,7 @@ from kafkatunnel.client_settings import (
     FORMATS,
     JAVA_FILE_VARIABLE,
     LIBRDKAFKA_FILE_VARIABLE,
+    SASL_MECHANISM,
     TABLE,
     TRUSTED_CA,
     SettingsError,
@@ -33,6 +34,9 @@ from kafkatunnel.client_settings import (
 # the characters properties files escape, and beyond ASCII.
 AWKWARD = '/home/o\'brien/My $HOME "x"/a\\b/c=d:e#f!g/é 🐟/ca.pem'
 STATUS = {"bootstrap_servers": "127.0.0.1:9092", "client_tls": {"ca": AWKWARD}}
+# clients served TLS who log in themselves: every row of the table set
+WITH_LOGIN = STATUS | {"client_login": {"security_protocol": "SASL_SSL",
+                                        "mechanisms": ["SCRAM-SHA-512"]}}  # fmt: skip
 FILES = {JAVA_FILE_VARIABLE: Path("/run/k t/client.properties"),
          LIBRDKAFKA_FILE_VARIABLE: Path("/run/k t/librdkafka.conf")}  # fmt: skip
 
@@ -66,9 +70,46 @@ def test_client_tls_adds_the_protocol_and_the_ca_in_each_ecosystems_names() -> N
     assert variables["SPRING_KAFKA_SSL_TRUSTSTORELOCATION"] == f"file:{AWKWARD}"  # a resource
     assert variables["KAFKA_SECURITY_PROTOCOL"] == "SSL"
     assert variables[JAVA_FILE_VARIABLE] == "/run/k t/client.properties"
-    # every variable of every row, and nothing else
-    rows = {v.name for row in TABLE for v in row.variables}
+    # every variable of every row but the login's, and nothing else
+    rows = {v.name for row in TABLE if row is not SASL_MECHANISM for v in row.variables}
     assert set(variables) == rows | set(FILES)
+
+
+@pytest.mark.quick
+def test_a_login_the_clients_make_themselves_adds_its_protocol_and_mechanism() -> None:
+    """The cluster wants a login the tunnel does not make (no --sasl-mechanism, no
+    --kafka-user): the client says how it logs in, never with whose secret."""
+    login = {"security_protocol": "SASL_PLAINTEXT", "mechanisms": ["SCRAM-SHA-256"]}
+    settings = client_settings({"bootstrap_servers": "127.0.0.1:9092", "client_login": login})
+    assert java_properties(settings) == librdkafka_properties(settings) == {
+        "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256"}  # fmt: skip
+    assert environment(settings) == {
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "SPRING_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "SPRING_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+        "SPRING_KAFKA_PROPERTIES_SASL_MECHANISM": "SCRAM-SHA-256",
+    }
+
+
+@pytest.mark.quick
+def test_a_login_over_client_tls_is_sasl_ssl_with_the_ca() -> None:
+    settings = java_properties(client_settings(WITH_LOGIN))
+    assert settings["security.protocol"] == "SASL_SSL"
+    assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert settings["ssl.truststore.location"] == AWKWARD
+    variables = environment(client_settings(WITH_LOGIN), FILES)
+    assert set(variables) == {v.name for row in TABLE for v in row.variables} | set(FILES)
+
+
+@pytest.mark.quick
+def test_of_several_mechanisms_the_client_chooses() -> None:
+    login = {"security_protocol": "SASL_PLAINTEXT", "mechanisms": ["SCRAM-SHA-512", "PLAIN"]}
+    settings = client_settings({"bootstrap_servers": "127.0.0.1:9092", "client_login": login})
+    assert java_properties(settings) == {"bootstrap.servers": "127.0.0.1:9092",
+                                         "security.protocol": "SASL_PLAINTEXT"}  # fmt: skip
 
 
 @pytest.mark.quick
@@ -85,7 +126,7 @@ def test_an_unknown_format_is_refused_naming_the_formats() -> None:
 
 
 def _expected() -> dict[str, str]:
-    return environment(client_settings(STATUS), FILES)
+    return environment(client_settings(WITH_LOGIN), FILES)
 
 
 def _shell_reads(shell: list[str], text: str, names: list[str]) -> dict[str, str]:
@@ -97,7 +138,7 @@ def _shell_reads(shell: list[str], text: str, names: list[str]) -> dict[str, str
 
 @pytest.mark.quick
 def test_sh_is_read_back_by_bash_and_dash() -> None:
-    text, names = render("sh", client_settings(STATUS), FILES), list(_expected())
+    text, names = render("sh", client_settings(WITH_LOGIN), FILES), list(_expected())
     for shell in (["bash", "-c"], ["sh", "-c"]):
         assert _shell_reads(shell, text, names) == _expected(), shell
 
@@ -105,26 +146,26 @@ def test_sh_is_read_back_by_bash_and_dash() -> None:
 @pytest.mark.quick
 def test_fish_is_read_back_by_fish() -> None:
     assert shutil.which("fish"), "scripts/test installs Debian's fish"
-    text, names = render("fish", client_settings(STATUS), FILES), list(_expected())
+    text, names = render("fish", client_settings(WITH_LOGIN), FILES), list(_expected())
     assert _shell_reads(["fish", "-c"], text, names) == _expected()
 
 
 @pytest.mark.quick
 def test_dotenv_is_read_back_by_python_dotenv() -> None:
-    text = render("dotenv", client_settings(STATUS), FILES)
+    text = render("dotenv", client_settings(WITH_LOGIN), FILES)
     assert dotenv_values(stream=io.StringIO(text)) == _expected()
 
 
 @pytest.mark.quick
 def test_json_is_read_back() -> None:
-    assert json.loads(render("json", client_settings(STATUS), FILES)) == _expected()
+    assert json.loads(render("json", client_settings(WITH_LOGIN), FILES)) == _expected()
 
 
 @pytest.mark.quick
 def test_powershell_quotes_single_quotes_by_doubling_them() -> None:
     """PowerShell is not in Debian: its rule, a single-quoted string where '' is one '
     and nothing else is special (about_Quoting_Rules), is checked as written."""
-    text = render("powershell", client_settings(STATUS), FILES)
+    text = render("powershell", client_settings(WITH_LOGIN), FILES)
     line = next(x for x in text.splitlines() if x.startswith("$env:KAFKA_SSL_TRUSTSTORE_LOCATION"))
     quoted = line.split(" = ", 1)[1]
     assert quoted.startswith("'") and quoted.endswith("'")
@@ -136,13 +177,14 @@ def test_powershell_quotes_single_quotes_by_doubling_them() -> None:
 def test_librdkafka_lines_are_key_equals_value() -> None:
     """librdkafka's file reader (rdkafka_conf.c, as kcat -F uses it) takes each line as
     key=value up to its end, with no escapes: the value stays as it is."""
-    text = render("librdkafka", client_settings(STATUS), FILES)
+    text = render("librdkafka", client_settings(WITH_LOGIN), FILES)
     read = dict(line.split("=", 1) for line in text.splitlines())
-    assert read == librdkafka_properties(client_settings(STATUS))
+    assert read == librdkafka_properties(client_settings(WITH_LOGIN))
 
 
 def test_properties_are_read_back_by_javas_properties(tmp_path: Path) -> None:
-    (tmp_path / "client.properties").write_text(render("properties", client_settings(STATUS), {}))
+    written = render("properties", client_settings(WITH_LOGIN), {})
+    (tmp_path / "client.properties").write_text(written)
     reader = tmp_path / "Read.java"
     reader.write_text(
         "import java.io.*; import java.util.*;\n"
@@ -158,13 +200,13 @@ def test_properties_are_read_back_by_javas_properties(tmp_path: Path) -> None:
                          capture_output=True, timeout=120, check=True).stdout  # fmt: skip
     parts = out.decode().split("\0")[:-1]
     assert dict(zip(parts[::2], parts[1::2], strict=True)) == java_properties(
-        client_settings(STATUS)
+        client_settings(WITH_LOGIN)
     )
 
 
 @pytest.mark.quick
 def test_every_format_is_listed() -> None:
-    settings = client_settings(STATUS)
+    settings = client_settings(WITH_LOGIN)
     for fmt in FORMATS:
         assert render(fmt, settings, FILES).endswith("\n")
     assert TRUSTED_CA.librdkafka == "ssl.ca.location"

@@ -295,6 +295,9 @@ class Tunnel:
         self.control: ControlServer | None = None
         self.started_at = time.time()
         self.notes: list[str] = []
+        # the login the clients must make themselves (the tunnel makes none for them), as
+        # the bootstrap listener asked for it: what `env` and `run` hand a client
+        self.client_login: dict[str, Any] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self._draining: set[Upstream] = set()  # closed, their process or socket not yet gone
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -441,7 +444,9 @@ class Tunnel:
                 login = await probe_login(self.forwarder, host, port, timeout)
             cause = error or "timed out"
             if login is not None:
-                note = login_note(login, None if self.transparent else "SASL_SSL")
+                protocol = None if self.transparent else "SASL_SSL"
+                note = login_note(login, protocol)
+                self._clients_log_in(login, protocol)
             elif self.transparent:
                 note = (f"could not list the brokers with a plaintext request ({cause}); with "
                         "TLS, name every broker with --broker HOST:PORT")  # fmt: skip
@@ -470,10 +475,18 @@ class Tunnel:
                 login = await asyncio.to_thread(wanted_login, address, self.config.discover_timeout)
             note = (f"could not list the brokers yet ({error}); they will be added on first use"
                     if login is None else login_note(login, "SASL_PLAINTEXT"))  # fmt: skip
+            if login is not None:
+                self._clients_log_in(login, "SASL_PLAINTEXT")
             self.notes.append(note)
             log.warning(note)
             return False
         return len(brokers) > 0
+
+    def _clients_log_in(self, mechanisms: tuple[str, ...], protocol: str | None) -> None:
+        """Clients log in themselves, over `protocol` (None: transparent mode, where their
+        own settings already say how), with one of `mechanisms`."""
+        if protocol is not None:
+            self.client_login = {"security_protocol": protocol, "mechanisms": list(mechanisms)}
 
     async def stop(self) -> None:
         self._release_claims()
@@ -821,6 +834,9 @@ class Tunnel:
             "notes": self.notes,
             # clients' TLS (--client-tls): the CA they trust
             "client_tls": None if self.client_tls is None else {"ca": str(self.client_tls.ca)},
+            # the login clients make themselves, when the cluster wants one the tunnel
+            # does not make for them: over what, and with which mechanisms
+            "client_login": self.client_login,
             # others served on their own address (containers): where, and what they are told
             "audiences": [
                 {"listen": a.listen, "advertise": a.advertise, "bootstrap_servers": told}

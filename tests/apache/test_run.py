@@ -9,6 +9,7 @@ same consumer behind a forward that leads every broker to broker 0."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -21,18 +22,25 @@ from kafkatunnel.demo import free_port_run
 from kafkatunnel.demo.apache import JIT, broker_host
 from tests.apache.test_clients import DEADLINE, MESSAGES
 from tests.apache.test_clients import js_client as js_client  # the fixture, for this module
-from tests.worlds.apache import ApacheKafka
+from tests.worlds.apache import SCRAM_PASSWORD, SCRAM_USER, ApacheKafka
 
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
 
 def _run(
-    kafka: ApacheKafka, script: str, *up: str, timeout: float = 300, exec_template: str = ""
+    kafka: ApacheKafka,
+    script: str,
+    *up: str,
+    timeout: float = 300,
+    exec_template: str = "",
+    listener: str = "plain",
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "kafkatunnel", "run", "--bootstrap", kafka.bootstrap(),
+    argv = [sys.executable, "-m", "kafkatunnel", "run", "--bootstrap", kafka.bootstrap(listener),
             "--exec", exec_template or kafka.exec_template(), "--listen",
             f"127.0.0.1:{free_port_run(8)}", *up, "--", "sh", "-c", script]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})  # fmt: skip
 
 
 def _topic_and_groups(kafka: ApacheKafka, java_classes: str, name: str) -> tuple[str, list[str]]:
@@ -82,6 +90,51 @@ def test_an_env_only_java_program_and_a_node_program_consume(
     assert done.returncode == 0, done.stderr[-3000:]
     consumed = [line for line in done.stdout.splitlines() if line.startswith("CONSUMED ")]
     assert consumed == [f"CONSUMED {MESSAGES}"] * 6, done.stdout
+
+
+# A librdkafka application (confluent-kafka) that reads the tunnel's settings from the
+# file KCAT_CONFIG names and adds its own login, from variables of its own: it prints how
+# it was told to log in, then consumes MESSAGES records with the group it is given.
+OWN_LOGIN_CONSUMER = """\
+import os, sys, time
+import confluent_kafka
+config = dict(line.split("=", 1) for line in open(os.environ["KCAT_CONFIG"]).read().splitlines())
+print("TOLD", config.get("security.protocol"), config.get("sasl.mechanism"))
+config |= {"sasl.username": os.environ["APP_USER"], "sasl.password": os.environ["APP_PASSWORD"],
+           "group.id": sys.argv[2], "auto.offset.reset": "earliest"}
+consumer = confluent_kafka.Consumer(config)
+consumer.subscribe([sys.argv[1]])
+seen, deadline = set(), time.monotonic() + 120
+while len(seen) < int(sys.argv[3]) and time.monotonic() < deadline:
+    message = consumer.poll(1)
+    if message is not None and message.error() is None:
+        seen.add(message.value())
+consumer.close()
+print("CONSUMED", len(seen))
+"""
+
+
+def test_a_client_that_logs_in_itself_is_told_the_protocol_and_mechanism(
+    apache_kafka: ApacheKafka, java_classes: str, tmp_path: Path
+) -> None:
+    """`run` in front of a SCRAM-SHA-256 listener with no login flags: the tunnel passes
+    the clients' own logins through, so it hands the command security.protocol
+    SASL_PLAINTEXT and the one mechanism the listener enables (as it named it), never a
+    user or a password; a librdkafka application adding only its own user and password
+    consumes with a group on every coordinator."""
+    topic, groups = _topic_and_groups(apache_kafka, java_classes, "own-login")
+    program = tmp_path / "consumer.py"
+    program.write_text(OWN_LOGIN_CONSUMER)
+    script = " && ".join(f"{sys.executable} {program} {topic} {group} {MESSAGES}"
+                         for group in groups)  # fmt: skip
+    script = f'echo "HELD BY $(env | grep -c -- "{SCRAM_PASSWORD}")"; {script}'
+    done = _run(apache_kafka, script, listener="scram256",
+                env={"APP_USER": SCRAM_USER, "APP_PASSWORD": SCRAM_PASSWORD})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stdout.splitlines() if line.startswith(("HELD", "TOLD",
+                                                                          "CONSUMED"))]  # fmt: skip
+    assert said[0] == "HELD BY 1", "only the application's own variable holds the password"
+    assert said[1:] == ["TOLD SASL_PLAINTEXT SCRAM-SHA-256", f"CONSUMED {MESSAGES}"] * 3, said
 
 
 @pytest.mark.parametrize("misrouted", [False, True], ids=["routed", "all-to-broker-0"])
