@@ -392,6 +392,21 @@ def up(
         help="Let this Kafka API pass although --read-only refuses it, e.g. Produce (repeatable).",
         rich_help_panel=GUARD,
     ),
+    isolate: bool = typer.Option(
+        False,
+        "--isolate",
+        help="Give this laptop's clients their own consumer groups, share groups and "
+        "transactional ids (GROUP.SUFFIX on the cluster), so a local run of a deployed "
+        "application never joins, fences or drains the deployed one.",
+        rich_help_panel=GUARD,
+    ),
+    isolate_suffix: str | None = typer.Option(
+        None,
+        "--isolate-suffix",
+        metavar="SUFFIX",
+        help="What --isolate appends to each id (default: kt-USER, your user name).",
+        rich_help_panel=GUARD,
+    ),
     detach: bool = typer.Option(
         False,
         "--detach",
@@ -435,7 +450,8 @@ def up_options(given: Mapping[str, Any]) -> UpOptions:
                            g.record_payloads),
         limits=Limits(g.connect_timeout, g.start_timeout, g.max_connections, g.max_brokers),
         running=Running(g.table, g.loop, g.mode, g.zero_copy),
-        guard=Guard(g.read_only, tuple(g.deny_api), tuple(g.allow_api)),
+        guard=Guard(g.read_only, tuple(g.deny_api), tuple(g.allow_api), g.isolate,
+                    g.isolate_suffix),
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ so that a mistyped flag is said as quickly as --help is shown."""
 
 from __future__ import annotations
 
+import getpass
 import ipaddress
 import re
 import shutil
@@ -27,7 +28,7 @@ from kafkatunnel.hostnames import parse_port, split_address
 from kafkatunnel.kube.services import ServiceRequest, check_namespace
 
 if TYPE_CHECKING:
-    from kafkatunnel.protocol import Policy
+    from kafkatunnel.protocol import Isolation, Policy
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -206,11 +207,14 @@ class Running:
 
 @dataclass(frozen=True)
 class Guard:
-    """What the tunnel refuses: --read-only, --deny-api, --allow-api."""
+    """What the tunnel refuses (--read-only, --deny-api, --allow-api) and keeps apart
+    (--isolate)."""
 
     read_only: bool = False
     deny_api: tuple[str, ...] = ()
     allow_api: tuple[str, ...] = ()
+    isolate: bool = False  # --isolate: the clients' own ids
+    isolate_suffix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,7 @@ class Checked:
     services: tuple[ServiceRequest, ...]
     rotate_bytes: int
     policy: Policy | None = None  # what the tunnel refuses
+    isolation: Isolation | None = None  # the clients' ids mapped (--isolate)
 
 
 def check(options: UpOptions) -> Checked:
@@ -315,6 +320,7 @@ def check(options: UpOptions) -> Checked:
         services=services,
         rotate_bytes=parse_size(options.record.rotate, "--record-rotate"),
         policy=check_guard(options.guard),
+        isolation=check_isolation(options.guard),
     )
 
 
@@ -327,6 +333,27 @@ def check_guard(guard: Guard) -> Policy | None:
         return Policy.of(guard.read_only, guard.deny_api, guard.allow_api)
     except PolicyError as cause:
         raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
+
+
+def check_isolation(guard: Guard, user: str | None = None) -> Isolation | None:
+    """--isolate's mapping, with --isolate-suffix or kt-USER (the local user's name in
+    Kafka's name characters); None without --isolate. A bad suffix names the flag."""
+    from kafkatunnel.protocol import Isolation
+
+    if not guard.isolate:
+        if guard.isolate_suffix is not None:
+            raise typer.BadParameter("names what --isolate appends: add --isolate",
+                                     param_hint="--isolate-suffix")  # fmt: skip
+        return None
+    suffix = guard.isolate_suffix
+    if suffix is None:
+        name = re.sub(r"[^A-Za-z0-9_-]+", "-", user or getpass.getuser()).strip("-")
+        suffix = f"kt-{name[:60] or 'local'}"
+    try:
+        return Isolation(suffix)
+    except ValueError as cause:
+        raise typer.BadParameter(str(cause).removeprefix("--isolate-suffix "),
+                                 param_hint="--isolate-suffix") from None  # fmt: skip
 
 
 def _check_sasl(sasl: SaslFlags, tls: TlsFlags, mode: str) -> None:

@@ -149,6 +149,7 @@ def run_up(console: Console, options: UpOptions, checked: Checked) -> None:
             advertise=advertise,
             audiences=audiences,
             policy=checked.policy,
+            isolation=checked.isolation,
             target=options.target(),
         )
         if tls_flags.client:
@@ -404,6 +405,11 @@ async def _serve(
         print(f"ssl.ca.location={tunnel.client_tls.ca}", flush=True)
     if tunnel.recorder is not None:
         print(f"recording to {tunnel.recorder.directory}", flush=True)
+    if tunnel.config.isolation is not None:
+        suffix = tunnel.config.isolation.suffix
+        said = (f"isolate: clients' group and transactional ids are ID.{suffix} on the "
+                "cluster (their own; `kafkatunnel down --clean` deletes the groups)")  # fmt: skip
+        print(said, flush=True)
     for line in companion_lines(tunnel):
         print(line, flush=True)
     if tunnel.login_users is not None:

@@ -14,6 +14,8 @@ holds callers to these names).
 - Brokers: `BrokerAddress`, `Mapper` (what the tunnel's registry provides) and the
   rewriting of the answers that name them.
 - Coordinators: which broker a group or transaction lands on.
+- A local run's own ids: an `Isolation` (`up --isolate`) maps every group and
+  transactional id clients send to its isolated form, and back in the answers.
 - A guard: the `Policy` of requests refused (`up --read-only`, `--deny-api`, and a
   client's own SASL login when the tunnel logs in for it), and the answer Kafka gives an
   unauthorized client, built for a refused request (`refusal`), or the tunnel's answer to
@@ -65,6 +67,7 @@ from kafkatunnel.protocol.headers import (
     response_header_version,
     top_level_error,
 )
+from kafkatunnel.protocol.isolation import Isolation, check_suffix, isolating_caps
 from kafkatunnel.protocol.own_login import LOGIN_APIS, mechanisms_told, own_login_answer, told
 from kafkatunnel.protocol.passage import (
     REQUEST_HEAD,
@@ -143,6 +146,10 @@ __all__ = [  # noqa: RUF022 - grouped as the docstring tells them
     "RecordSpans",
     "REQUEST_HEAD",
     "RESPONSE_HEAD",
+    # a local run's own group and transactional ids (up --isolate)
+    "Isolation",
+    "check_suffix",
+    "isolating_caps",
     # frames and headers
     "DEFAULT_MAX_FRAME_SIZE",
     "SIZE_PREFIX",

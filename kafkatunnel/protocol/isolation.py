@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import struct
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -32,7 +33,9 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.types import GroupId, TransactionalId
 
 from kafkatunnel.protocol import wire
+from kafkatunnel.protocol.api_versions import UNKNOWN_APIS, readable_caps
 from kafkatunnel.protocol.errors import MalformedMessage
+from kafkatunnel.protocol.framing import SIZE_PREFIX
 from kafkatunnel.protocol.headers import response_body_offset
 from kafkatunnel.protocol.rewrite import ByteWalk, Edit, splice
 from kafkatunnel.protocol.schema import (
@@ -52,6 +55,9 @@ LISTING_ANSWERS = frozenset({16, 66})  # ListGroups, ListTransactions
 # Sent broker to broker (the share coordinator's state): a client never sends them
 BROKER_ONLY = frozenset({83, 84, 85, 86, 87})
 SEPARATOR = "."
+PRODUCE = 0
+FIRST_FIELD = frozenset({0})  # where Produce has its transactional id
+_SIZE = struct.Struct(">i")
 SUFFIX = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
@@ -87,11 +93,13 @@ class Isolation:
 @dataclass(frozen=True, slots=True)
 class IdPlan:
     """Where ids sit in one struct: field indexes holding an id (a string, or an array of
-    them), and the struct fields with ids below."""
+    them), those of them that name a group (GroupId), and the struct fields with ids
+    below."""
 
     plan: StructPlan
     ids: frozenset[int]
     inner: Mapping[int, IdPlan]
+    groups: frozenset[int] = frozenset()
 
 
 def _base(hint: Any) -> Any:
@@ -119,6 +127,7 @@ def id_plan(entity: type) -> IdPlan | None:
     plan = struct_plan(entity)
     hints = typing.get_type_hints(entity)
     ids: set[int] = set()
+    groups: set[int] = set()
     inner: dict[int, IdPlan] = {}
     index = 0
     for field in dataclasses.fields(entity):
@@ -134,16 +143,26 @@ def id_plan(entity: type) -> IdPlan | None:
             continue
         if holds:
             ids.add(index)
+            if base is GroupId:
+                groups.add(index)
         elif sub is not None:
             inner[index] = sub
         index += 1
     if not (ids or inner):
         return None
-    return IdPlan(plan, frozenset(ids), inner)
+    return IdPlan(plan, frozenset(ids), inner, frozenset(groups))
 
 
 def _versions(api_key: int) -> Any:
     return schema_name_map.get(api_key_map.get(api_key, ""), {})
+
+
+def isolating_caps() -> dict[int, range]:
+    """What clients of an isolating tunnel may use: every API at the versions kio knows,
+    and no API it does not know (ApiVersions answers capped so). A version or an API newer
+    than these schemas could carry an id this module cannot see: it would reach the
+    cluster as the deployed application's."""
+    return {**readable_caps(), UNKNOWN_APIS: range(0)}
 
 
 def request_ids(api_key: int, version: int) -> IdPlan | None:
@@ -163,14 +182,41 @@ def response_ids(api_key: int, version: int) -> IdPlan | None:
 
 
 def isolate_request(
-    frame: bytes, api_key: int, api_version: int, body_offset: int, isolation: Isolation
+    frame: bytes,
+    api_key: int,
+    api_version: int,
+    body_offset: int,
+    isolation: Isolation,
+    groups: set[str] | None = None,
 ) -> bytes:
     """The request frame with every id it carries isolated (the same object when it
-    carries none). Raises ProtocolError when it cannot be walked."""
+    carries none); the group ids it names, as the client named them, are added to
+    `groups`. Raises ProtocolError when it cannot be walked."""
     plan = request_ids(api_key, api_version)
     if plan is None:
         return frame
-    return _rewrite(frame, plan, body_offset, isolation.isolated)
+    return _rewrite(frame, plan, body_offset, isolation.isolated, groups)
+
+
+def isolate_produce_head(
+    head: bytes, body_offset: int, api_version: int, isolation: Isolation
+) -> tuple[bytes, int] | None:
+    """A Produce request's transactional id is its first field, ahead of its records: what
+    to send instead of `head[:used]` (the size prefix grown by as many bytes as the id
+    grew, the header, the isolated id), and `used`, so that the records pass on unread;
+    None when the request has no transactional id. MalformedMessage when `head` ends
+    before the id does (the caller holds the frame whole, or it is malformed)."""
+    plan = request_ids(PRODUCE, api_version)
+    if plan is None or plan.ids != FIRST_FIELD:  # before v3: no transactional id
+        return None
+    compact = plan.plan.flexible
+    name, used = wire.read_string(head, body_offset, compact)
+    if name is None:
+        return None
+    (size,) = _SIZE.unpack_from(head, 0)
+    written = wire.write_string(isolation.isolated(name), compact)
+    grown = size + len(written) - (used - body_offset)
+    return _SIZE.pack(grown) + head[SIZE_PREFIX:body_offset] + written, used
 
 
 def restore_response(frame: bytes, api_key: int, api_version: int, isolation: Isolation) -> bytes:
@@ -183,8 +229,14 @@ def restore_response(frame: bytes, api_key: int, api_version: int, isolation: Is
     return _rewrite(frame, plan, body, isolation.original)
 
 
-def _rewrite(frame: bytes, plan: IdPlan, body: int, change: Callable[[str], str | None]) -> bytes:
-    walk = _IdWalk(frame, change)
+def _rewrite(
+    frame: bytes,
+    plan: IdPlan,
+    body: int,
+    change: Callable[[str], str | None],
+    groups: set[str] | None = None,
+) -> bytes:
+    walk = _IdWalk(frame, change, groups)
     end = walk.struct(plan, body)
     if end != len(frame):
         raise MalformedMessage(f"{plan.plan.name} ends {len(frame) - end} bytes early")
@@ -199,9 +251,12 @@ class _IdWalk:
     """Walks a message by its IdPlan, replacing id strings (`change` gives the new one, or
     None to keep it); everything else is skipped by the address walk's own steps."""
 
-    def __init__(self, buf: bytes, change: Callable[[str], str | None]) -> None:
+    def __init__(
+        self, buf: bytes, change: Callable[[str], str | None], groups: set[str] | None
+    ) -> None:
         self.buf = buf
         self.change = change
+        self.groups = groups  # the group ids met, as they were
         self.edits: list[Edit] = []
         self.skip = ByteWalk(buf, _no_address)
 
@@ -209,7 +264,7 @@ class _IdWalk:
         plan = ids.plan
         for index, field in enumerate(plan.fields):
             if index in ids.ids:
-                pos = self.id_field(field, pos)
+                pos = self.id_field(field, pos, index in ids.groups)
             elif index in ids.inner:
                 pos = self.structs(field, ids.inner[index], pos)
             else:
@@ -230,21 +285,23 @@ class _IdWalk:
             pos = self.struct(inner, pos)
         return pos
 
-    def id_field(self, field: FieldPlan, pos: int) -> int:
+    def id_field(self, field: FieldPlan, pos: int, group: bool) -> int:
         if field.kind is VARIABLE:
-            return self.one_id(field, pos)
+            return self.one_id(field, pos, group)
         if field.kind is not VARIABLE_ARRAY:
             raise MalformedMessage(f"{field.name} is not a string")
         count, pos = self.skip.array_length(pos, field)
         for _ in range(count):
-            pos = self.one_id(field, pos)
+            pos = self.one_id(field, pos, group)
         return pos
 
-    def one_id(self, field: FieldPlan, pos: int) -> int:
+    def one_id(self, field: FieldPlan, pos: int, group: bool) -> int:
         start = pos
         name, pos = wire.read_string(self.buf, pos, field.compact)
         if name is None:
             return pos
+        if group and self.groups is not None:
+            self.groups.add(name)
         changed = self.change(name)
         if changed is not None and changed != name:
             self.edits.append((start, pos, wire.write_string(changed, field.compact)))
@@ -256,7 +313,9 @@ __all__ = [
     "Isolation",
     "check_suffix",
     "id_plan",
+    "isolate_produce_head",
     "isolate_request",
+    "isolating_caps",
     "request_ids",
     "response_ids",
     "restore_response",

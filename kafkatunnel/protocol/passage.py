@@ -38,6 +38,15 @@ from kafkatunnel.protocol.headers import (
     response_header_version,
     top_level_error,
 )
+from kafkatunnel.protocol.isolation import (
+    PRODUCE,
+    Isolation,
+    isolate_produce_head,
+    isolate_request,
+    request_ids,
+    response_ids,
+    restore_response,
+)
 from kafkatunnel.protocol.policy import GroupMembers, Policy
 from kafkatunnel.protocol.refusal import refused_answer
 from kafkatunnel.protocol.rewrite import (
@@ -106,6 +115,7 @@ class Head(Enum):
 
     PASS = "pass it through, head first, unread"
     HOLD = "hold it whole for on_frame"
+    REPLACE = "pass it through unread, its head first as on_head replaced it (replace_head)"
 
 
 class BrokersUnknown(Exception):
@@ -170,6 +180,11 @@ class _Splitter:
         self._shown: bytes | None = None
         self._refused: list[RequestHeader] = []  # refused since the caller last heard
         self._walk_from = 0  # where in the frame its walk starts
+        # What on_head sends instead of the head's first bytes (Head.REPLACE, or a walk
+        # from where they end), and how many of them; a walk's record spans then lie
+        # `_shift` bytes further into the frame as it passed on.
+        self._instead: tuple[bytes, int] | None = None
+        self._shift = 0
         # Stopped at an answer naming brokers not learned yet (see Fed.unknown_brokers),
         # and the bytes fed since, to be read on resume().
         self._stop: _Stop | None = None
@@ -438,12 +453,13 @@ class _Splitter:
                       held, out)  # fmt: skip
 
     def _decided(self, decision: Head | Walk, held: bytes, out: list[Chunk]) -> None:
-        if decision is Head.PASS:
-            out.append(held)
+        if decision is Head.PASS or decision is Head.REPLACE:
+            first = held if decision is Head.PASS else self._replaced(held)
+            out.append(first)
             self._pass_on = SIZE_PREFIX + self._size - len(held)
             self._reset()
             if self._parts is not None:
-                self._parts.append(held)
+                self._parts.append(first)
                 if not self._pass_on:
                     self._frame_seen()
         elif decision is Head.HOLD:
@@ -453,13 +469,30 @@ class _Splitter:
                 self._whole_frame(held, out)
         else:  # walk the frame as it streams, from where on_head said (see walking)
             start = self._walk_from
-            out.append(held[:start])
+            self._shift = 0
+            if self._instead is None:
+                out.append(held[:start])
+            else:
+                out.append(self._replaced(held[:start]))
+                self._shift = len(out[-1]) - start
             if self._parts is not None:
                 self._parts.append(out[-1])
             self._walk, self._unwalked = decision, SIZE_PREFIX + self._size - start
             self._held.clear()
             self._resume(None)
             self._feed(memoryview(held)[start:], out)  # what the head held beyond
+
+    def _replaced(self, held: bytes) -> bytes:
+        """`held` with its first bytes replaced as on_head said (replace_head)."""
+        instead = self._instead
+        assert instead is not None
+        self._instead = None
+        return instead[0] + held[instead[1] :]
+
+    def replace_head(self, instead: bytes, used: int) -> None:
+        """For on_head, returning Head.REPLACE or a walk from `used`: send `instead` in
+        place of the frame's first `used` bytes (its size prefix among them, made right)."""
+        self._instead = (instead, used)
 
     def _whole_frame(self, held: bytes, out: list[Chunk]) -> None:
         """A frame held whole: pass on what on_frame makes of it."""
@@ -535,7 +568,7 @@ class _Splitter:
             else:
                 if -step > self._unwalked:
                     raise MalformedMessage("records run past the end of their frame")
-                at = SIZE_PREFIX + self._size - self._unwalked
+                at = SIZE_PREFIX + self._size - self._unwalked + self._shift
                 self._spans.append((at, at - step))
                 self._unwalked += step
                 self._pass_on = -step
@@ -631,12 +664,19 @@ class _Requests(_Splitter):
         self.policy = exchange.policy
 
     def on_head(self, head: bytes, complete: bool) -> Head | Walk:
+        isolation = self.exchange.isolation
         try:
             header = parse_request_header(head)
             policy = self.policy
             if policy is not None and policy.held(header.api_key):
                 return Head.HOLD  # decided whole: refused, or perhaps (see policy)
             wanted = expects_response(head, header)
+            instead = None
+            if isolation is not None and request_ids(header.api_key, header.api_version):
+                if header.api_key != PRODUCE or header.body_offset is None:
+                    return Head.HOLD  # its ids isolated in on_frame
+                instead = isolate_produce_head(head, header.body_offset, header.api_version,
+                                               isolation)  # fmt: skip
         except MalformedMessage:
             if complete:
                 raise
@@ -646,8 +686,15 @@ class _Requests(_Splitter):
         if self.records_only and header.body_offset is not None:
             plan = carrying_records(header.api_key, header.api_version, response=False)
             if plan is not None:  # a Produce request: its records pass unread
-                steps = walk(plan, header_tags=False, tail=False)  # the header is read
-                return self.walking(steps, header.body_offset, plan.flexible, True)
+                if instead is None:
+                    steps = walk(plan, header_tags=False, tail=False)  # the header is read
+                    return self.walking(steps, header.body_offset, plan.flexible, True)
+                self.replace_head(*instead)  # the walk goes on after the transactional id
+                steps = walk(plan, header_tags=False, tail=False, after=1)
+                return self.walking(steps, instead[1], plan.flexible, True)
+        if instead is not None:  # a transactional Produce: its records pass unread
+            self.replace_head(*instead)
+            return Head.REPLACE
         return Head.PASS
 
     def on_frame(self, whole: bytes) -> bytes:
@@ -663,9 +710,9 @@ class _Requests(_Splitter):
                 self._shown = whole
                 return instead
             exchange.observe_request(header, wanted)
-            return policy.amended(header, whole) or whole
+            return exchange.isolated(header, policy.amended(header, whole) or whole)
         exchange.observe_request(header, wanted)
-        return whole
+        return exchange.isolated(header, whole)
 
 
 RESPONSE_HEAD = 16  # the correlation id decides; a top-level error code is within 16 bytes
@@ -683,14 +730,17 @@ class _Answer(Enum):
 
 @functools.cache  # asked once per answer, of a handful of distinct pairs
 def _treatment(
-    api_key: int, api_version: int, records_only: bool
+    api_key: int, api_version: int, records_only: bool, isolated: bool = False
 ) -> tuple[_Answer, StructPlan | None]:
-    """How an answer is passed on, and the plan of one that is walked. A rewritten API at a
-    version this layer does not know raises (needs_rewrite), every time: not cached."""
+    """How an answer is passed on, and the plan of one that is walked (isolated: ids in
+    it are mapped back). A rewritten API at a version this layer does not know raises
+    (needs_rewrite), every time: not cached."""
     plan = streamable(api_key, api_version)
-    if plan is not None:
+    if plan is not None:  # Produce and Fetch answers: they carry no group or producer id
         return _Answer.STREAM, plan
     if api_key == API_VERSIONS or needs_rewrite(api_key, api_version):
+        return _Answer.HOLD, None
+    if isolated and response_ids(api_key, api_version) is not None:
         return _Answer.HOLD, None
     if records_only:
         plan = carrying_records(api_key, api_version, response=True)
@@ -716,7 +766,9 @@ class _Responses(_Splitter):
         if self.refusals and correlation_id in self.refusals:
             self._current = request  # the broker's answer in a refusal's place
             return Head.HOLD
-        treatment, plan = _treatment(request.api_key, request.api_version, self.records_only)
+        isolated = self.exchange.isolation is not None
+        treatment, plan = _treatment(request.api_key, request.api_version, self.records_only,
+                                     isolated)  # fmt: skip
         if treatment is _Answer.PASS:
             return Head.PASS
         if treatment is _Answer.HOLD:
@@ -768,13 +820,19 @@ class Exchange:
         records_only: bool = False,
         answers: RewrittenAnswers | None = None,
         policy: Policy | None = None,
+        isolation: Isolation | None = None,
+        groups: set[str] | None = None,
     ) -> None:
         """records_only: let only record data pass unread (a recording reads the rest).
         answers: answers rewritten before with this mapper (shared by the connections that
-        use it), to send again rather than walk again. policy: the requests refused."""
+        use it), to send again rather than walk again. policy: the requests refused.
+        isolation: the group and transactional ids mapped (`up --isolate`); the group
+        ids it isolated are added to `groups` (the client's names: shared by connections)."""
         self.mapper = mapper
         self.answers = answers
         self.policy = policy
+        self.isolation = isolation
+        self.groups: set[str] = set() if groups is None else groups
         self.members = GroupMembers()  # the client's own, in its groups (see policy)
         # The answers to refused requests, by correlation id, each waiting for the broker's
         # answer to what went in the request's place (see refuse).
@@ -819,6 +877,13 @@ class Exchange:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
 
+    def isolated(self, header: RequestHeader, whole: bytes) -> bytes:
+        """The request with its ids isolated (itself, without isolation or ids)."""
+        if self.isolation is None or header.body_offset is None:
+            return whole
+        return isolate_request(whole, header.api_key, header.api_version, header.body_offset,
+                               self.isolation, self.groups)  # fmt: skip
+
     def refuse(self, header: RequestHeader, wanted: bool, whole: bytes) -> bytes:
         """A request the policy refuses never reaches the broker. An ApiVersions v0 request
         with its correlation id goes in its place; the broker's answer to that, which comes
@@ -851,6 +916,10 @@ class Exchange:
         if request.api_key == API_VERSIONS:
             return cap_api_versions(whole, request.api_version, self.caps)
         key, version = request.api_key, request.api_version
+        if self.isolation is not None and response_ids(key, version) is not None:
+            whole = restore_response(whole, key, version, self.isolation)
+            if not needs_rewrite(key, version):
+                return whole
         answers = self.answers
         result, kept_as = None, None
         if answers is not None:

@@ -116,11 +116,12 @@ _VARINT = 5  # bytes a varint may take, at the most
 AFTER_RECORDS = _VARINT
 
 
-def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Walk:
+def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True, after: int = 0) -> Walk:
     """The steps of one message: a response's header tagged fields (header_tags: response
     header v1; the walk then starts after the correlation id), the body's fields (a
-    request's walk starts at its body), then TAIL for the top-level tagged fields to be
-    rewritten, or (tail=False) those fields walked like the rest.
+    request's walk starts at its body, or `after` its first steps: a Produce request's
+    transactional id, read and changed by its caller), then TAIL for the top-level tagged
+    fields to be rewritten, or (tail=False) those fields walked like the rest.
 
     Each resume reads every field whose bytes it was sent: the head of a 1 MB Produce
     request is one resume up to its records, not one per field (what a recording tunnel
@@ -128,7 +129,7 @@ def walk(plan: StructPlan, *, header_tags: bool = True, tail: bool = True) -> Wa
     of what is left to walk, not a generator per struct and field; a varint or a length
     is read inline, the bytes on hand checked first."""
     todo: list[object] = [TAIL] if tail else [_TAGS] if plan.flexible else []
-    todo += reversed(plan.steps)  # runs of fixed-size fields are one step each
+    todo += reversed(plan.steps[after:])  # runs of fixed-size fields are one step each
     if header_tags:
         todo.append(_TAGS)
     buf = yield 0, AFTER_RECORDS  # the bytes last sent; those before pos are walked

@@ -43,6 +43,7 @@ from kafkatunnel.protocol import (
     LOGIN_APIS,
     BrokerAddress,
     Exchange,
+    Isolation,
     Mapper,
     PassThrough,
     Policy,
@@ -50,6 +51,7 @@ from kafkatunnel.protocol import (
     RequestHeader,
     RewrittenAnswers,
     api_title,
+    isolating_caps,
     narrowest,
     readable_caps,
     rewrite_caps,
@@ -136,6 +138,7 @@ class TunnelConfig:
     advertise: str | None = None  # the host clients are told, if not the listen host
     audiences: list[Audience] = field(default_factory=list)  # also served (containers)
     policy: Policy | None = None  # requests refused (--read-only, --deny-api, --allow-api)
+    isolation: Isolation | None = None  # the clients' group and transactional ids mapped
     repeat_window: float = REPEAT_WINDOW  # seconds a repeated connection failure is counted
     target: dict[str, str] = field(default_factory=dict)  # the cluster, as the user named it
 
@@ -154,6 +157,11 @@ class TunnelConfig:
         _check(not (transparent and self.policy is not None), "--read-only",
                "--read-only, --deny-api and --allow-api are for rewrite mode: transparent "
                "mode passes requests unread")  # fmt: skip
+        _check(
+            not (transparent and self.isolation is not None),
+            "--isolate",
+            "--isolate is for rewrite mode: transparent mode passes requests unread",
+        )
         _check(not (transparent and self.audiences), "--for-containers",
                "containers are served in rewrite mode (transparent mode keeps the brokers' "
                "own names)")  # fmt: skip
@@ -287,7 +295,11 @@ class Tunnel:
         self.policy = Policy.guarding(config.policy, self._login_named)
         # ... and only versions it can refuse with an answer, of the APIs a policy holds
         held = {} if self.policy is None else self.policy.caps()
-        self.caps = narrowest(readable, rewrite_caps(), held)
+        # ... and, isolating, only versions whose ids this tunnel can see
+        isolating = {} if config.isolation is None else isolating_caps()
+        self.caps = narrowest(readable, rewrite_caps(), held, isolating)
+        # the group ids clients named, isolated (status; `down --clean` deletes them)
+        self.isolated_groups: set[str] = set()
         # Answers rewritten before, per audience (None: the tunnel's own addresses)
         self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()
@@ -764,6 +776,8 @@ class Tunnel:
             records_only=self.recorder is not None and not self.recorder.payloads,
             answers=self._answers.setdefault(told, RewrittenAnswers()),  # one per audience
             policy=self.policy,
+            isolation=self.config.isolation,
+            groups=self.isolated_groups,
         )
 
     def _told(self, advertise: str) -> Mapper:
@@ -832,6 +846,11 @@ class Tunnel:
                 "refused": sum(sum(t.refused.values()) for t in tallies.values()),
             },
             "notes": self.notes,
+            # --isolate: the suffix, and the groups clients used, as they named them (the
+            # cluster has each as NAME.SUFFIX)
+            "isolation": None
+            if self.config.isolation is None
+            else {"suffix": self.config.isolation.suffix, "groups": sorted(self.isolated_groups)},
             # clients' TLS (--client-tls): the CA they trust
             "client_tls": None if self.client_tls is None else {"ca": str(self.client_tls.ca)},
             # the login clients make themselves, when the cluster wants one the tunnel

@@ -83,6 +83,9 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
     policy = status.get("policy")
     if policy:
         notes.insert(0, _refusals(policy, status["endpoints"]))
+    isolation = status.get("isolation")
+    if isolation:
+        notes.insert(0, isolated(isolation))
     users = status.get("login_users")
     if users and users["refused"]:
         notes.append(f"login: {users['refused']} connection(s) of other users of this machine "
@@ -90,6 +93,14 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
     if notes:  # names from the cluster: never markup
         table.caption = escape("\n".join(notes))
     return table
+
+
+def isolated(isolation: dict[str, Any]) -> str:
+    """What --isolate maps, and the groups clients used so far (as they named them)."""
+    suffix, groups = isolation["suffix"], isolation["groups"]
+    used = f": {', '.join(groups)}" if groups else ": none used yet"
+    return (f"isolated: group and transactional ids are ID.{suffix} on the cluster; "
+            f"groups{used}")  # fmt: skip
 
 
 def _refusals(policy: dict[str, Any], endpoints: list[dict[str, Any]]) -> str:
