@@ -76,7 +76,8 @@ def start_in_background(args: list[str], *, with_parent: bool = False) -> Starte
         if mine:
             with contextlib.suppress(OSError):  # its control socket a moment after the file
                 status = json.loads(fetch(mine[0]["control"], "/status"))
-                return Started(process, status, log)
+                if status.get("started", True):  # done asking the cluster what it wants
+                    return Started(process, status, log)
         time.sleep(0.1)
     process.terminate()
     error(f"the tunnel did not start within {START_TIMEOUT:g}s", f"see its log: {log}")

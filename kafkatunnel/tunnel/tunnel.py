@@ -306,6 +306,9 @@ class Tunnel:
         self.acceptors: list[Acceptor] = []
         self.control: ControlServer | None = None
         self.started_at = time.time()
+        # start() is done: the brokers asked for, and what the clients must do learned
+        # (client_login); status is served from before, while they are asked
+        self.started = False
         self.notes: list[str] = []
         # the login the clients must make themselves (the tunnel makes none for them), as
         # the bootstrap listener asked for it: what `env` and `run` hand a client
@@ -407,6 +410,7 @@ class Tunnel:
                 await self.discover_directly()
             else:
                 await self.discover()
+        self.started = True
 
     def _claim_pinned_ports(self) -> None:
         """Bind every --broker-port now: a taken one is an error at start, not a port
@@ -836,6 +840,7 @@ class Tunnel:
             "target": self.config.target,  # what `run` joins by
             "pid": os.getpid(),
             "started_at": self.started_at,
+            "started": self.started,
             "mode": self.config.mode,
             # what the tunnel refuses (--read-only, --deny-api), None: nothing
             "policy": None
