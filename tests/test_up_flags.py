@@ -24,8 +24,9 @@ from kafkatunnel.cli.up_options import (
     TlsFlags,
     UpOptions,
     check,
+    check_isolation,
 )
-from kafkatunnel.protocol import Policy
+from kafkatunnel.protocol import Isolation, Policy
 from kafkatunnel.tunnel import SettingError, TunnelConfig
 from kafkatunnel.tunnel.tls import TlsOptions, client_context
 
@@ -94,6 +95,10 @@ DNS = ("127.0.0.1", 53)
         (UpOptions(REACH, guard=Guard(deny_api=("DeleteTopic",))), "--deny-api"),
         (UpOptions(REACH, guard=Guard(allow_api=("Produce",))), "--allow-api"),
         (UpOptions(REACH, guard=Guard(True, allow_api=("Produc",))), "--allow-api"),
+        (UpOptions(REACH, guard=Guard(isolate_suffix="kt-me")), "--isolate-suffix"),
+        (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix=".me")), "--isolate-suffix"),
+        (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix="a/b")), "--isolate-suffix"),
+        (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix="x" * 65)), "--isolate-suffix"),
     ],
 )
 def test_a_wrong_flag_is_named_by_the_check_of_the_flags(options: UpOptions, flag: str) -> None:
@@ -145,6 +150,15 @@ def test_the_flags_the_check_passes_come_out_parsed() -> None:
             {"mode": "transparent", "dns_listen": ("127.0.0.1", 53), "policy": Policy.of(True)},
             "--read-only",
         ),
+        (
+            {
+                "mode": "transparent",
+                "dns_listen": ("127.0.0.1", 53),
+                "policy": Policy.of(isolated=True),
+                "isolation": Isolation("kt-me"),
+            },
+            "--isolate",
+        ),
     ],
 )
 def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(
@@ -160,6 +174,11 @@ def test_a_setting_the_tunnel_cannot_run_with_names_its_flag(
     [  # one flag checked with the others, two checked by the tunnel's settings
         (["--record-payloads"], "Invalid value for --record-payloads: goes with --record DIR"),
         (["--max-brokers", "0"], "Invalid value for --max-brokers: must be from 1 to 65535"),
+        (
+            ["--isolate", "--isolate-suffix", "kt/me"],
+            "Invalid value for --isolate-suffix: 'kt/me': use 1 to 64 of Kafka's name "
+            "characters (letters, digits, '.', '_', '-'), not starting with '.'",
+        ),
         (["--mode", "transparent"], "Invalid value for --dns: transparent mode needs the DNS"),
         (
             ["--deny-api", "DeleteTopic"],
@@ -181,3 +200,16 @@ def test_up_reports_a_wrong_value_under_its_own_flag(
     assert result.returncode == 2, result.stderr
     assert said in " ".join(result.stderr.split()), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_isolation_suffix_defaults_to_the_user_name_in_kafkas_characters() -> None:
+    """kt-USER, the user's name with what Kafka's names cannot hold made '-', bounded."""
+    isolate = Guard(isolate=True)
+    assert check_isolation(isolate, "anna") == Isolation("kt-anna")
+    assert check_isolation(isolate, "DOMAIN\\anna.m") == Isolation("kt-DOMAIN-anna-m")
+    assert check_isolation(isolate, "\u00e9l\u00e8ve") == Isolation("kt-l-ve")
+    assert check_isolation(isolate, "x" * 200) == Isolation("kt-" + "x" * 60)
+    assert check_isolation(isolate, "///") == Isolation("kt-local")
+    assert check_isolation(Guard(isolate=True, isolate_suffix="laptop.1"), "anna") == (
+        Isolation("laptop.1"))  # fmt: skip
+    assert check_isolation(Guard(), "anna") is None

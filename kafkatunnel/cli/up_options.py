@@ -330,7 +330,7 @@ def check_guard(guard: Guard) -> Policy | None:
     from kafkatunnel.protocol import Policy, PolicyError
 
     try:
-        return Policy.of(guard.read_only, guard.deny_api, guard.allow_api)
+        return Policy.of(guard.read_only, guard.deny_api, guard.allow_api, guard.isolate)
     except PolicyError as cause:
         raise typer.BadParameter(str(cause), param_hint=cause.flag) from None
 

@@ -15,6 +15,15 @@ principal: AutoTopicCreationManager.createStreamsInternalTopics) or asking the w
 application to shut down. To know who a connection's client is in a group, the member ids
 its own JoinGroup, SyncGroup and heartbeats name are kept per connection (`GroupMembers`).
 
+With `--isolate` every group id a client sends is its own (isolation), so read-only lets
+through what touches only a group: its commits, whatever generation they carry, and the
+deletion of its offsets or of the group itself (`down --clean`). The rest stays refused.
+A Kafka Streams member is refused when isolating, read-only or not: its application id
+also prefixes the internal topics it writes (`APP-...-changelog`, `-repartition`), which
+are the deployed application's; a local run needs an application id of its own
+(STREAMS_REASON). It is known by its JoinGroup's assignor (`stream`, Streams' classic
+protocol) or by StreamsGroupHeartbeat (KIP-1071's).
+
 One API is changed instead: a Metadata request that lets the broker create the topics it
 names (allow_auto_topic_creation, v4 on: producers and consumers send it, and brokers
 create topics by default) goes on without that permission. Before v4 the permission is not
@@ -80,6 +89,12 @@ READ_ONLY_SOME = (
     "OffsetCommit", "InitProducerId", "LeaveGroup", "ConsumerGroupHeartbeat",
     "ShareGroupHeartbeat", "StreamsGroupHeartbeat",
 )  # fmt: skip
+# Let through by --read-only when isolating (--isolate): each touches only the groups it
+# names, and every group a client names is then its own isolated one.
+OWN_GROUPS_ONLY = (
+    "OffsetCommit", "OffsetDelete", "DeleteGroups", "AlterShareGroupOffsets",
+    "DeleteShareGroupOffsets",
+)  # fmt: skip
 # Let through by --read-only, and read to note the member a connection's client is.
 MEMBERSHIP = ("JoinGroup", "SyncGroup", "Heartbeat")
 
@@ -113,6 +128,7 @@ def api_key_of(name: str) -> int:
 
 
 PASSES = frozenset(api_key_of(name) for name in READ_ONLY_PASSES)
+OWN_GROUPS = frozenset(api_key_of(name) for name in OWN_GROUPS_ONLY)
 SOME = frozenset(api_key_of(name) for name in READ_ONLY_SOME)
 # What --read-only refuses whatever the request says: every other API kio knows (and any it
 # does not know, see Policy.refuses).
@@ -125,6 +141,15 @@ STREAMS_GROUP_HEARTBEAT = api_key_of("StreamsGroupHeartbeat")
 EPOCH_HEARTBEATS = frozenset(
     api_key_of(n) for n in ("ConsumerGroupHeartbeat", "ShareGroupHeartbeat",
                             "StreamsGroupHeartbeat"))  # fmt: skip
+JOIN_GROUP = api_key_of("JoinGroup")
+STREAMS_ASSIGNOR = "stream"  # StreamsPartitionAssignor.name(), Kafka Streams' classic protocol
+# Held when isolating: they say whether their client is a Kafka Streams member
+STREAMS_MEMBERSHIP = frozenset({JOIN_GROUP, STREAMS_GROUP_HEARTBEAT})
+STREAMS_REASON = (
+    "kafkatunnel up --isolate does not isolate Kafka Streams: its internal topics "
+    "(APPLICATION_ID-...-changelog, -repartition) would be the deployed application's; give "
+    "the local run its own application.id (e.g. APPLICATION_ID-local) instead"
+)
 # The requests that name the member their client is (read by read-only, see GroupMembers)
 NOTED = frozenset(api_key_of(name) for name in MEMBERSHIP) | EPOCH_HEARTBEATS
 
@@ -170,13 +195,20 @@ class Policy:
     # Who the tunnel logs in as, when it does (`alice (SCRAM-SHA-256)`): the client's own
     # SaslHandshake and SaslAuthenticate are refused then, and answered as own_login says.
     login: str | None = None
+    # Isolating (`--isolate`): a Kafka Streams member is refused (STREAMS_REASON).
+    isolated: bool = False
 
     @classmethod
     def of(
-        cls, read_only: bool = False, deny: Iterable[str] = (), allow: Iterable[str] = ()
+        cls,
+        read_only: bool = False,
+        deny: Iterable[str] = (),
+        allow: Iterable[str] = (),
+        isolated: bool = False,
     ) -> Policy | None:
         """The policy of `up --read-only --deny-api ... --allow-api ...` (None: it refuses
-        nothing). An allowed API is never refused, whatever else says so."""
+        nothing). An allowed API is never refused, whatever else says so; isolated
+        (`--isolate`): read-only lets the groups' own APIs through (OWN_GROUPS)."""
         denied = {api_key_of(name) for name in deny}
         try:
             allowed = {api_key_of(name) for name in allow}
@@ -190,8 +222,9 @@ class Policy:
         if stuck:
             named = ", ".join(sorted(api_title(k) for k in stuck))
             raise PolicyError(f"{named} cannot be denied: clients cannot connect without it")
-        refused = (READ_ONLY if read_only else frozenset()) | denied
-        some = (SOME if read_only else frozenset()) - denied
+        own = OWN_GROUPS if isolated else frozenset()
+        refused = (READ_ONLY - own if read_only else frozenset()) | denied
+        some = (SOME - own if read_only else frozenset()) - denied
         idle = allowed - refused - some
         if idle:
             named = ", ".join(sorted(api_title(k) for k in idle))
@@ -204,8 +237,8 @@ class Policy:
             reason = "the tunnel is read-only (kafkatunnel up --read-only)"
         else:
             reason = "the tunnel refuses this API (kafkatunnel up --read-only/--deny-api)"
-        policy = cls(refused - allowed, some - allowed, read_only, reason)
-        return policy if policy.refused or policy.some or read_only else None
+        policy = cls(refused - allowed, some - allowed, read_only, reason, isolated=isolated)
+        return policy if policy.refused or policy.some or read_only or isolated else None
 
     @classmethod
     def guarding(cls, policy: Policy | None, login: str | None) -> Policy | None:
@@ -222,6 +255,8 @@ class Policy:
             held |= NOTED | {METADATA}
         if self.login is not None:
             held |= LOGIN_APIS
+        if self.isolated:
+            held |= STREAMS_MEMBERSHIP
         return held
 
     def held(self, api_key: int) -> bool:
@@ -244,7 +279,12 @@ class Policy:
         """Why a request of this API is refused, in words for messages."""
         if self.login is not None and api_key in LOGIN_APIS:
             return told(self.login)
+        if self._streams(api_key) and api_key not in self.refused:
+            return STREAMS_REASON
         return self.reason
+
+    def _streams(self, api_key: int) -> bool:
+        return self.isolated and api_key in STREAMS_MEMBERSHIP
 
     def _own_login(self, api_key: int) -> bool:
         return self.login is not None and api_key in LOGIN_APIS
@@ -280,12 +320,15 @@ class Policy:
         if self._own_login(key):  # the tunnel logs in: never the client (see own_login)
             return True
         noted = self.read_only and key in NOTED
-        if key not in self.some and not noted:
+        streams = self._streams(key)
+        if key not in self.some and not noted and not streams:
             return False
         try:
             request = read_request(header, frame)
         except Exception:  # kio's own errors: a request nobody can read is not let through
-            return key in self.some
+            return key in self.some or streams
+        if streams and _streams_member(key, request):
+            return True
         members = GroupMembers() if members is None else members
         refused = key in self.some and _decides(key, request, members)
         if noted and not refused:
@@ -296,7 +339,9 @@ class Policy:
         """The APIs refused outright, and those refused for some requests, by name."""
         refused = sorted(api_title(k) for k in self.refused)
         some = sorted(f"{api_title(k)} (some)" for k in self.some)
-        return refused + some
+        streams = sorted(f"{api_title(k)} (Kafka Streams)" for k in STREAMS_MEMBERSHIP
+                         if self._streams(k) and k not in self.refused)  # fmt: skip
+        return refused + some + streams
 
 
 def read_request(header: RequestHeader, frame: bytes) -> Any:
@@ -334,6 +379,13 @@ def _decides(key: int, request: Any, members: GroupMembers) -> bool:
         # member of the application, the deployed ones too.
         return request.topology is not None or bool(request.shutdown_application)
     return False
+
+
+def _streams_member(key: int, request: Any) -> bool:
+    """Whether a JoinGroup or StreamsGroupHeartbeat comes from a Kafka Streams member."""
+    if key == STREAMS_GROUP_HEARTBEAT:
+        return True
+    return any(protocol.name == STREAMS_ASSIGNOR for protocol in request.protocols)
 
 
 def _note(key: int, request: Any, members: GroupMembers) -> None:

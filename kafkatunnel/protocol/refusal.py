@@ -76,7 +76,7 @@ def refused_answer(policy: Policy, request_frame: bytes, header: RequestHeader) 
     the tunnel logs in (own_login), any other as Kafka refuses an unauthorized client."""
     if policy.login is not None and header.api_key in LOGIN_APIS:
         return own_login_answer(header, policy.login)
-    return refusal(request_frame, header, policy.reason)
+    return refusal(request_frame, header, policy.reason_for(header.api_key))
 
 
 def refusal(request_frame: bytes, header: RequestHeader, reason: str) -> bytes:

@@ -154,14 +154,14 @@ class TunnelConfig:
         _check(not transparent or self.dns_listen is not None, "--dns",
                "transparent mode needs the DNS shim (--dns): clients keep the brokers' own "
                "names")  # fmt: skip
-        _check(not (transparent and self.policy is not None), "--read-only",
-               "--read-only, --deny-api and --allow-api are for rewrite mode: transparent "
-               "mode passes requests unread")  # fmt: skip
         _check(
             not (transparent and self.isolation is not None),
             "--isolate",
             "--isolate is for rewrite mode: transparent mode passes requests unread",
         )
+        _check(not (transparent and self.policy is not None), "--read-only",
+               "--read-only, --deny-api and --allow-api are for rewrite mode: transparent "
+               "mode passes requests unread")  # fmt: skip
         _check(not (transparent and self.audiences), "--for-containers",
                "containers are served in rewrite mode (transparent mode keeps the brokers' "
                "own names)")  # fmt: skip
@@ -752,7 +752,9 @@ class Tunnel:
 
     def _listener(self, endpoint: Endpoint) -> Listener:
         """The endpoint as a recording describes it."""
-        return Listener(endpoint.node_id, endpoint.advertised, endpoint.local, self.config.mode)
+        isolation = self.config.isolation
+        return Listener(endpoint.node_id, endpoint.advertised, endpoint.local, self.config.mode,
+                        None if isolation is None else isolation.suffix)  # fmt: skip
 
     def _closed(self, connection: ClientConnection) -> None:
         """Forget a closed connection, but keep its upstream until it is really gone, so

@@ -245,3 +245,65 @@ def test_a_policy_that_cannot_be_says_why(settings: dict[str, list[str]], said: 
     assert said in str(raised.value)
     if "names are" in said:
         assert "DeleteTopics" in str(raised.value)
+
+
+OWN_GROUP_APIS = ("OffsetCommit", "OffsetDelete", "DeleteGroups", "AlterShareGroupOffsets",
+                  "DeleteShareGroupOffsets")  # fmt: skip
+
+
+def test_isolating_read_only_lets_a_groups_own_commits_and_deletion_through() -> None:
+    """With --isolate every group a client names is its own: its commits (any generation,
+    an assign()ing consumer's or --reset-offsets') and the deletion of its offsets or of the
+    group pass; everything else read-only refuses stays refused."""
+    isolating = Policy.of(read_only=True, isolated=True)
+    plain = Policy.of(read_only=True)
+    assert isolating is not None and plain is not None
+    outside = {"member_id": "", "generation_id_or_member_epoch": -1}
+    assert _refused(plain, "OffsetCommit", **outside)
+    assert not _refused(isolating, "OffsetCommit", **outside)
+    for api in OWN_GROUP_APIS[1:]:
+        assert _refused(plain, api) and not _refused(isolating, api), api
+    for api in set(CHANGES) - set(OWN_GROUP_APIS):
+        assert _refused(isolating, api), api
+    assert _refused(isolating, "InitProducerId", transactional_id="orders-tx")
+    denied = Policy.of(read_only=True, deny=["DeleteGroups"], isolated=True)
+    assert denied is not None and _refused(denied, "DeleteGroups")  # the user's word stands
+
+
+def test_every_api_isolating_read_only_lets_through_has_its_groups_isolated() -> None:
+    """What OWN_GROUPS lets through is safe only because each of its group ids is mapped:
+    every version of each carries at least one id the isolation rewrites."""
+    from kafkatunnel.protocol.isolation import request_ids
+
+    for api in OWN_GROUP_APIS:
+        for version in sorted(schema_name_map[api_key_map[KEYS[api]]]):
+            plan = request_ids(KEYS[api], version)
+            assert plan is not None and (plan.groups or plan.inner), (api, version)
+
+
+STREAMS_JOIN = {"protocol_type": "consumer", **JOINED}
+
+
+def _join(name: str) -> dict[str, object]:
+    from kio.schema.join_group.v9.request import JoinGroupRequestProtocol
+
+    return {"protocols": (JoinGroupRequestProtocol(name=name, metadata=b""),), **STREAMS_JOIN}
+
+
+def test_isolating_refuses_a_kafka_streams_member_and_says_why() -> None:
+    """Streams' application id also prefixes its internal topics, the deployed
+    application's: isolating refuses its classic JoinGroup (assignor `stream`) and its
+    StreamsGroupHeartbeat, with a reason naming what to do; a plain consumer joins."""
+    isolating = Policy.of(isolated=True)
+    assert isolating is not None and Policy.of() is None
+    members = GroupMembers()
+    assert _decided(isolating, members, "JoinGroup", 9, **_join("stream"))
+    assert not _decided(isolating, members, "JoinGroup", 9, **_join("range"))
+    assert not _decided(isolating, members, "JoinGroup", 9, **_join("cooperative-sticky"))
+    assert _decided(isolating, members, "StreamsGroupHeartbeat", 0, member_epoch=0,
+                    shutdown_application=False, topology=None, **JOINED)  # fmt: skip
+    assert "application.id" in isolating.reason_for(KEYS["JoinGroup"])
+    assert "application.id" in isolating.reason_for(KEYS["StreamsGroupHeartbeat"])
+    streams = ["JoinGroup (Kafka Streams)", "StreamsGroupHeartbeat (Kafka Streams)"]
+    assert isolating.names() == streams
+    assert not _decided(isolating, members, "Heartbeat", 4, generation_id=1, **JOINED)
