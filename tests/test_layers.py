@@ -21,7 +21,7 @@ LAYERS = {
     "waiting": 0, "pids": 0, "files": 0, "hostnames": 0, "ratelimit": 0, "client_settings": 0,
     "protocol": 1,
     "capture": 2, "dns": 2, "probe": 2,
-    "tunnel": 3, "verify": 3, "privileges": 3,
+    "tunnel": 3, "verify": 3, "privileges": 3, "isolated_groups": 3,
     "kube": 4, "demo": 4,
     "doctor": 5,
     "cli": 6,

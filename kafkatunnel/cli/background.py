@@ -26,7 +26,7 @@ from kafkatunnel.cli.options import port_option
 from kafkatunnel.cli.output import error, make_console
 from kafkatunnel.files import create_private, state_dir, state_directory
 from kafkatunnel.pids import die_with_parent, ours, pid_alive
-from kafkatunnel.tunnel.control import fetch, running_tunnels
+from kafkatunnel.tunnel.control import ControlError, fetch, running_tunnels
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
@@ -103,6 +103,12 @@ def detach(console: Console, argv: list[str]) -> None:
 def down(
     port: int | None = port_option(),
     everything: bool = typer.Option(False, "--all", help="Stop every running tunnel."),
+    clean: bool = typer.Option(
+        False,
+        "--clean",
+        help="First delete the groups an isolating tunnel's clients used (up --isolate): "
+        "their GROUP.SUFFIX on the cluster, never another.",
+    ),
 ) -> None:
     """Stop a tunnel running in the background (or in another shell)."""
     console = make_console()
@@ -120,6 +126,8 @@ def down(
                   "not a kafkatunnel process of yours: left alone",
                   f"remove {stale} if it is stale")  # fmt: skip
             continue
+        if clean and not _cleaned(console, tunnel_port, state):
+            raise typer.Exit(1)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
         while pid_alive(pid) and time.monotonic() < deadline:
@@ -131,3 +139,32 @@ def down(
             Path(state_dir() / f"tunnel-{tunnel_port}.json").unlink(missing_ok=True)
         else:
             console.print(f"tunnel on port {tunnel_port} (pid {pid}) stopped")
+
+
+def _cleaned(console: Console, port: int, state: dict[str, Any]) -> bool:
+    """`down --clean` of one tunnel: its isolated groups deleted, said group by group;
+    False (the tunnel left running, to try again) when one could not be."""
+    from kafkatunnel.isolated_groups import CleanError, delete_isolated_groups
+    from kafkatunnel.protocol import one_line
+
+    try:
+        status = json.loads(fetch(state["control"], "/status"))
+        cleaned = delete_isolated_groups(status)
+    except (OSError, ControlError, ValueError) as cause:
+        error(f"could not ask the tunnel on port {port} which groups it isolated: {cause}",
+              "is it still running? `kafkatunnel status` shows it")  # fmt: skip
+        return False
+    except CleanError as cause:
+        error(f"tunnel on port {port}: {cause}")
+        return False
+    for name in cleaned.deleted:
+        console.print(f"deleted group {one_line(name)}.{cleaned.suffix}", highlight=False)
+    if cleaned.absent:
+        names = ", ".join(f"{one_line(n)}.{cleaned.suffix}" for n in cleaned.absent)
+        console.print(f"not on the cluster (never made, or deleted before): {names}",
+                      highlight=False)  # fmt: skip
+    for name, why in cleaned.failed.items():
+        error(f"group {one_line(name)}.{cleaned.suffix} was not deleted: {why}")
+    if not (cleaned.deleted or cleaned.absent or cleaned.failed):
+        console.print(f"tunnel on port {port}: its clients used no group", highlight=False)
+    return not cleaned.failed

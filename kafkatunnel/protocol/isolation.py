@@ -58,6 +58,9 @@ SEPARATOR = "."
 PRODUCE = 0
 FIRST_FIELD = frozenset({0})  # where Produce has its transactional id
 _SIZE = struct.Struct(">i")
+# The group ids noted (for status and `down --clean`): a developer's application uses a
+# handful; a client naming thousands would otherwise grow the tunnel without end.
+GROUPS_NOTED = 1000
 SUFFIX = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
@@ -300,7 +303,7 @@ class _IdWalk:
         name, pos = wire.read_string(self.buf, pos, field.compact)
         if name is None:
             return pos
-        if group and self.groups is not None:
+        if group and self.groups is not None and len(self.groups) < GROUPS_NOTED:
             self.groups.add(name)
         changed = self.change(name)
         if changed is not None and changed != name:
