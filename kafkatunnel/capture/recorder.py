@@ -42,13 +42,17 @@ class Listener:
     advertised: str
     tunnel: str
     mode: str = "rewrite"  # transparent: clients see the advertised names (the DNS shim's)
+    # --isolate's suffix: the recording's group and transactional ids are the cluster's,
+    # NAME.SUFFIX for a client's NAME
+    isolate: str | None = None
 
     def description(self, run: str) -> str:
-        return json.dumps(
-            {"kafkatunnel": 1, "run": run, "node_id": self.node_id,
-             "advertised": self.advertised, "tunnel": self.tunnel, "mode": self.mode},
-            separators=(",", ":"),
-        )  # fmt: skip
+        described: dict[str, object] = {"kafkatunnel": 1, "run": run, "node_id": self.node_id,
+                                        "advertised": self.advertised, "tunnel": self.tunnel,
+                                        "mode": self.mode}  # fmt: skip
+        if self.isolate is not None:
+            described["isolate"] = self.isolate
+        return json.dumps(described, separators=(",", ":"))
 
     @property
     def name(self) -> str:

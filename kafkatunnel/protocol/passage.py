@@ -793,8 +793,10 @@ class _Responses(_Splitter):
             self._current = None
             self._shown = refused  # a recording sees the request's answer, as the client
             return refused
-        out = self.exchange.transform_response(request, whole)  # may stop: BrokersUnknown
-        self._current = None
+        out, cluster_ids = self.exchange.transform_response(request, whole)  # may stop:
+        self._current = None  # BrokersUnknown
+        if cluster_ids is not None:
+            self._shown = cluster_ids  # a recording holds the ids the cluster has
         if request.api_key in ERROR_FIRST_APIS:
             self.exchange.observe_error(request, out)
         return out
@@ -912,14 +914,22 @@ class Exchange:
         self.refusals[header.correlation_id] = answer
         return _stand_in(header.correlation_id)
 
-    def transform_response(self, request: InFlight, whole: bytes) -> bytes:
+    def transform_response(self, request: InFlight, whole: bytes) -> tuple[bytes, bytes | None]:
+        """The answer as the client gets it and, when isolating changed ids in it, the
+        answer with the cluster's ids (and the addresses the client is told): what a
+        recording holds, as the requests it holds carry the cluster's ids too."""
         if request.api_key == API_VERSIONS:
-            return cap_api_versions(whole, request.api_version, self.caps)
+            return cap_api_versions(whole, request.api_version, self.caps), None
         key, version = request.api_key, request.api_version
-        if self.isolation is not None and response_ids(key, version) is not None:
-            whole = restore_response(whole, key, version, self.isolation)
-            if not needs_rewrite(key, version):
-                return whole
+        rewritten = self._addresses_rewritten(key, version, whole)
+        if self.isolation is None or response_ids(key, version) is None:
+            return rewritten, None
+        restored = restore_response(rewritten, key, version, self.isolation)
+        return restored, None if restored is rewritten else rewritten
+
+    def _addresses_rewritten(self, key: int, version: int, whole: bytes) -> bytes:
+        if not needs_rewrite(key, version):
+            return whole  # held for its ids alone (isolating)
         answers = self.answers
         result, kept_as = None, None
         if answers is not None:

@@ -729,7 +729,7 @@ class Tunnel:
                 api = f"API {header.api_key}"
             log.warning("refused %s from client %r (%s) at %s: %s; further refusals of it are "
                         "counted in status", api, header.client_id, connection.peer,
-                        connection.endpoint.local, policy.reason)  # fmt: skip
+                        connection.endpoint.local, policy.reason_for(header.api_key))  # fmt: skip
 
     @property
     def _identity(self) -> str | None:

@@ -253,6 +253,7 @@ def _report(
 ) -> Report:
     real = [s for s in summaries if s.source != "(calls across files)"]
     problems = [p for s in summaries for p in s.problems]
+    name_clients_keys(verdicts, summaries)
     identities = facts.identities.addresses.values() if facts.identities else []
     return Report(
         verdicts=verdicts,
@@ -280,6 +281,18 @@ def _local_name(source: str) -> str:
 
         return unquote(urlparse(source).path)
     return source
+
+
+def name_clients_keys(verdicts: Iterable[Verdict], summaries: Iterable[FileSummary]) -> None:
+    """Each verdict on an isolated id (a recording of `up --isolate`: NAME.SUFFIX on the
+    cluster, judged as such, since its coordinator is its own) learns the NAME its client
+    used."""
+    tails = {f".{listener['isolate']}" for summary in summaries for listener in summary.listeners
+             if isinstance(listener.get("isolate"), str) and listener["isolate"]}  # fmt: skip
+    for verdict in verdicts:
+        for tail in tails:
+            if verdict.key.endswith(tail) and len(verdict.key) > len(tail):
+                verdict.client_key = verdict.key[: -len(tail)]
 
 
 def _start(verdicts: list[Verdict]) -> int:

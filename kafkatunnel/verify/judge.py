@@ -124,10 +124,14 @@ class Verdict:
     start: int = 0  # the timeline's zero, in capture time (ns)
     tool: str | None = None  # the client id, when all its traffic was this tool's own
     group_type: str | None = None  # classic, consumer, share, streams; None: not known
+    # The name its client used, when an isolating tunnel (up --isolate) made the key
+    # NAME.SUFFIX on the cluster; None otherwise.
+    client_key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
+            "client_key": self.client_key,
             "kind": "transactional_id" if self.key_type == TRANSACTION else "group",
             "group_type": self.group_type,
             "verdict": self.verdict,

@@ -29,7 +29,8 @@ def table(report: Report) -> Table:
         out.add_column(column, no_wrap=True)
     for verdict in sorted(report.verdicts, key=lambda v: (v.key_type, v.key)):
         out.add_row(
-            escape(verdict.key) + _own(verdict),  # a group id is the recording's, not markup
+            escape(verdict.key) + _client_key(verdict) + _own(verdict),  # not markup: the
+            # recording's
             kind_of(verdict),
             f"[{STYLE[verdict.verdict]}]{verdict.verdict}[/]",
             str(verdict.checked),
@@ -45,6 +46,16 @@ def kind_of(verdict: Verdict) -> str:
     if verdict.key_type == TRANSACTION:
         return "transactional id"
     return f"{verdict.group_type} group" if verdict.group_type else "group"
+
+
+def _client_key(verdict: Verdict) -> str:
+    """An isolated id's name as its client used it (up --isolate)."""
+    return "" if verdict.client_key is None else f" (the client's {escape(verdict.client_key)})"
+
+
+def _client_key_html(group: dict[str, Any]) -> str:
+    client = group.get("client_key")
+    return "" if client is None else f" (the client's {html.escape(client)})"
 
 
 def _own(verdict: Verdict) -> str:
@@ -106,7 +117,8 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"NOTHING CHECKED: {nothing}")
     for verdict in sorted(report.verdicts, key=lambda v: (v.verdict == "ok", v.key_type, v.key)):
         if verdict.reasons:
-            lines.append(f"{verdict.key} ({kind_of(verdict)}, {verdict.verdict}): "
+            client = "" if verdict.client_key is None else f" (the client's {verdict.client_key})"
+            lines.append(f"{verdict.key}{client} ({kind_of(verdict)}, {verdict.verdict}): "
                          + "; ".join(verdict.reasons))  # fmt: skip
     for leak in report.leaks:
         lines.append(
@@ -205,7 +217,7 @@ def to_html(report: Report) -> str:
         colour = COLOURS[group["verdict"]]
         parts.append(
             f"<tr><td><a href='#g-{html.escape(group['key'])}'>{html.escape(group['key'])}</a>"
-            f"</td><td>{html.escape(kinds.get(group['key'], ''))}</td>"
+            f"{_client_key_html(group)}</td><td>{html.escape(kinds.get(group['key'], ''))}</td>"
             f"<td><span class='badge' style='background:{colour}'>{group['verdict']}"
             f"</span></td><td>{group['checked']}</td><td>{group['coordinator']}</td>"
             f"<td>{group['errors']['NOT_COORDINATOR']}</td>"

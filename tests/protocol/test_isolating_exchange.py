@@ -23,6 +23,7 @@ from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestP
 from kio.schema.join_group.v9.response import JoinGroupResponse
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
+from kio.schema.types import GroupId
 from kio.static.primitive import i32Timedelta
 
 from kafkatunnel.protocol import Isolation, isolating_caps, narrowest
@@ -44,9 +45,16 @@ def mapper(address: BrokerAddress) -> tuple[str, int]:
 
 def _join(group: str) -> JoinGroupRequest:
     protocol = JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")
-    return JoinGroupRequest(group_id=group, session_timeout=SECONDS, rebalance_timeout=SECONDS,
-                            member_id="", group_instance_id=None, protocol_type="consumer",
-                            protocols=(protocol,), reason=None)  # type: ignore[arg-type]  # fmt: skip
+    return JoinGroupRequest(
+        group_id=GroupId(group),
+        session_timeout=SECONDS,
+        rebalance_timeout=SECONDS,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(protocol,),
+        reason=None,
+    )
 
 
 def _produce(transactional_id: str | None, records: bytes) -> ProduceRequest:
@@ -56,22 +64,31 @@ def _produce(transactional_id: str | None, records: bytes) -> ProduceRequest:
 
 
 def _describe(group: str) -> DescribeGroupsRequest:
-    return DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)
+    return DescribeGroupsRequest(groups=(GroupId(group),), include_authorized_operations=False)
 
 
 def _described(group: str) -> DescribeGroupsResponse:
-    described = DescribedGroup(error_code=ErrorCode.none, group_id=group, group_state="Stable",
-                               protocol_type="consumer", protocol_data="range", members=(),
-                               authorized_operations=0)  # type: ignore[arg-type]  # fmt: skip
+    described = DescribedGroup(
+        error_code=ErrorCode.none,
+        group_id=GroupId(group),
+        group_state="Stable",
+        protocol_type="consumer",
+        protocol_data="range",
+        members=(),
+        authorized_operations=0,  # type: ignore[arg-type]
+    )
     return DescribeGroupsResponse(throttle_time=NO_TIME, groups=(described,))
 
 
-def conversation(records: bytes, named: bool) -> tuple[list[bytes], list[bytes]]:
+def conversation(
+    records: bytes, named: bool, told: bool | None = None
+) -> tuple[list[bytes], list[bytes]]:
     """The client's requests and the broker's answers with the ids as the client names
     them (named) or as the cluster has them (isolated); the brokers as the cluster
-    advertises them, or (named) as the client is told them."""
+    advertises them, or (named, or told) as the client is told them."""
     name = (lambda n: n) if named else ISOLATION.isolated
-    host, port = ("127.0.0.1", 19095) if named else ("kafka-2.kafka", 9092)
+    as_told = named if told is None else told
+    host, port = ("127.0.0.1", 19095) if as_told else ("kafka-2.kafka", 9092)
     coordinator = FindCoordinatorResponse(throttle_time=NO_TIME, coordinators=(
         Coordinator(key=name("orders"), node_id=2, host=host, port=port,  # type: ignore[arg-type]
                     error_code=ErrorCode.none, error_message=None),))  # fmt: skip
@@ -124,7 +141,13 @@ def test_any_chunking_gives_the_broker_isolated_ids_and_the_client_its_own(
             [records] if records else []
         )
 
-    assert drive(exchange.responses, b"".join(told), cuts, unread) == b"".join(expected)
+    answered: list[FramePassed] = []
+    assert drive(exchange.responses, b"".join(told), cuts, unread, answered) == b"".join(expected)
+    # A recording holds the ids as the cluster has them, both ways (the addresses as told)
+    _, recorded = conversation(records, named=False, told=True)
+    held = [answered[i] for i in (0, 4)]  # those naming ids: held whole, never unread
+    assert [b"".join(p for p in f.parts if not isinstance(p, int)) for f in held] == [
+        recorded[0], recorded[4]]  # fmt: skip
 
 
 def test_a_produce_without_a_transactional_id_passes_as_it_came() -> None:
