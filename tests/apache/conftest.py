@@ -38,3 +38,11 @@ def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFac
     subprocess.run(["javac", "-cp", f"{apache_kafka.lib}/*", "-d", str(out),
                     str(CLIENTS / "JavaClient.java")], check=True, timeout=180)  # fmt: skip
     return f"{apache_kafka.lib}/*:{out}"
+
+
+@pytest.fixture(scope="package")
+def streams_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """StreamsCounter (clients/StreamsCounter.java) compiled, and the classpath that runs it."""
+    from tests.apache.test_streams import streams_classpath_at
+
+    return streams_classpath_at(tmp_path_factory.mktemp("streams-counter"))

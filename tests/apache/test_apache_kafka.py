@@ -36,9 +36,11 @@ MESSAGES = 30
 
 
 @contextmanager
-def tunnel(kafka: ApacheKafka, listener: str = "plain", *flags: str) -> Iterator[str]:
+def tunnel_process(
+    kafka: ApacheKafka, listener: str = "plain", *flags: str
+) -> Iterator[tuple[str, ManagedProcess]]:
     """`kafkatunnel up` in front of one of the cluster's listeners, through forwards into
-    its network; yields the bootstrap.servers it prints."""
+    its network; yields the bootstrap.servers it prints, and the process (its output)."""
     up = ManagedProcess(
         [sys.executable, "-m", "kafkatunnel", "up", "--no-table",
          "--bootstrap", kafka.bootstrap(listener), "--exec", kafka.exec_template(),
@@ -46,9 +48,16 @@ def tunnel(kafka: ApacheKafka, listener: str = "plain", *flags: str) -> Iterator
         name=f"kafkatunnel-up-apache-{listener}",
     )  # fmt: skip
     try:
-        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1)
+        yield up.wait_for_line(r"^bootstrap\.servers=(\S+)$", timeout=60).group(1), up
     finally:
         up.stop()
+
+
+@contextmanager
+def tunnel(kafka: ApacheKafka, listener: str = "plain", *flags: str) -> Iterator[str]:
+    """tunnel_process's bootstrap.servers alone."""
+    with tunnel_process(kafka, listener, *flags) as (bootstrap, _up):
+        yield bootstrap
 
 
 def tls_flags(kafka: ApacheKafka) -> list[str]:

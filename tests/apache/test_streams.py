@@ -68,11 +68,6 @@ def streams_classpath_at(out: Path) -> str:
     return f"{lib}/*:{out}"
 
 
-@pytest.fixture(scope="module")
-def streams_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return streams_classpath_at(tmp_path_factory.mktemp("streams-counter"))
-
-
 @pytest.fixture(params=["classic", "streams"])
 def protocol(request: pytest.FixtureRequest, apache_kafka: ApacheKafka) -> str:
     """group.protocol: the classic one, and KIP-1071's, which the reference cluster offers
