@@ -33,7 +33,7 @@ from kafkatunnel.protocol.policy import EPOCH_HEARTBEATS, NOTED
 from kafkatunnel.protocol.rewrite import rewrite_caps
 from tests.kio_messages import encode, fetch_request, request_frame, response_frame
 from tests.protocol.requests_built import built
-from tests.protocol.test_passage import NO_TIME, drive, tunnel_mapper
+from tests.protocol.test_passage import CUTS, NO_TIME, UNREAD, drive, tunnel_mapper
 from tests.protocol.test_policy import DECIDED, READS
 
 pytestmark = pytest.mark.quick
@@ -107,8 +107,8 @@ def _conversation(fetch_size: int) -> tuple[list[bytes], list[bool], list[bytes]
 @settings(max_examples=150, deadline=None)
 @given(
     fetch_size=st.integers(0, 200_000),
-    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
-    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    cuts=CUTS,
+    unread=UNREAD,
     records_only=st.booleans(),
 )
 def test_refusals_come_in_order_with_the_answers_to_earlier_and_later_requests(

@@ -30,7 +30,7 @@ from kafkatunnel.protocol import Isolation, isolating_caps, narrowest
 from kafkatunnel.protocol.passage import Exchange, FramePassed
 from kafkatunnel.protocol.rewrite import BrokerAddress, rewrite_caps
 from tests.kio_messages import decode, encode, request_frame, response_body, response_frame
-from tests.protocol.test_passage import drive, fed_in_pieces
+from tests.protocol.test_passage import CUTS, UNREAD, drive, fed_in_pieces
 
 pytestmark = pytest.mark.quick
 
@@ -115,8 +115,8 @@ def conversation(
 @settings(max_examples=200, deadline=None)
 @given(
     size=st.integers(0, 200_000),
-    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
-    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    cuts=CUTS,
+    unread=UNREAD,
     records_only=st.booleans(),
 )
 def test_any_chunking_gives_the_broker_isolated_ids_and_the_client_its_own(

@@ -32,6 +32,10 @@ from tests.kio_messages import encode, fetch_request, request_frame, response_fr
 pytestmark = pytest.mark.quick
 
 NO_TIME = i32Timedelta.parse(datetime.timedelta(0))
+# Where a stream is cut into the pieces a socket hands over (a few bytes, or many), and
+# which pieces the caller leaves unread for a splice
+CUTS = st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8)
+UNREAD = st.lists(st.booleans(), min_size=1, max_size=8)
 
 
 def tunnel_mapper(address: BrokerAddress) -> tuple[str, int]:
@@ -138,8 +142,8 @@ def drive(
 @settings(max_examples=300, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 300_000), min_size=4, max_size=4),
-    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
-    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    cuts=CUTS,
+    unread=UNREAD,
     records_only=st.booleans(),
 )
 def test_any_chunking_and_any_splicing_give_the_same_bytes(
@@ -267,8 +271,8 @@ def frame_ends(stream: bytes) -> set[int]:
 @settings(max_examples=120, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 100_000), min_size=4, max_size=4),
-    cuts=st.lists(st.one_of(st.integers(1, 8), st.integers(1, 70_000)), min_size=1, max_size=8),
-    unread=st.lists(st.booleans(), min_size=1, max_size=8),
+    cuts=CUTS,
+    unread=UNREAD,
     pause_after=st.integers(0, 12),
     records_only=st.booleans(),
 )
