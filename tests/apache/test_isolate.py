@@ -195,18 +195,22 @@ def test_the_deployed_share_consumer_receives_every_record_of_the_local_run(
         after.stop()
 
 
+@pytest.mark.parametrize(
+    ("protocol", "refused"), [("classic", "JoinGroup"), ("streams", "StreamsGroupHeartbeat")]
+)
 def test_a_streams_application_is_refused_under_isolate_before_it_writes(
-    apache_kafka: ApacheKafka, streams_classpath: str, tmp_path: Path
-) -> None:
+    apache_kafka: ApacheKafka, streams_classpath: str, tmp_path: Path, protocol: str,
+    refused: str
+) -> None:  # fmt: skip
     """Kafka Streams' application id also names its internal topics, the deployed
-    application's: under --isolate its group is refused (classic protocol), Streams stops
-    on the authorization error, and the tunnel says why and what to do; no internal topic
-    of the application exists afterwards."""
+    application's: under --isolate its group is refused (its classic JoinGroup, or
+    KIP-1071's heartbeat), Streams stops on the authorization error, and the tunnel says
+    why and what to do; no internal topic of the application exists afterwards."""
     application = f"counter-{uuid.uuid4().hex[:6]}"
     with tunnel_process(apache_kafka, "plain", *ISOLATE) as (bootstrap, up):
         topics(bootstrap, f"{application}-orders", f"{application}-counts")
         instance = Instance(streams_classpath, application, bootstrap, application,
-                            f"{application}-orders", f"{application}-counts", "classic",
+                            f"{application}-orders", f"{application}-counts", protocol,
                             str(tmp_path / "state"))  # fmt: skip
         try:
             failed = wait_for(lambda: _said(instance.process, "FAILED"), timeout=120,
@@ -214,7 +218,7 @@ def test_a_streams_application_is_refused_under_isolate_before_it_writes(
         finally:
             instance.stop()
         assert re.search(r"GroupAuthorization|not authorized", failed[0], re.I), failed
-        said = wait_for(lambda: [line for line in list(up.lines) if "refused JoinGroup" in line],
+        said = wait_for(lambda: [line for line in list(up.lines) if f"refused {refused}" in line],
                         timeout=10, what="the tunnel saying why it refused")  # fmt: skip
         assert "does not isolate Kafka Streams" in said[0] and "application.id" in said[0], said
     internal = [t for t in _topics(apache_kafka) if t.startswith(f"{application}-")]
