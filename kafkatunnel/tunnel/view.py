@@ -95,10 +95,18 @@ def status_table(status: dict[str, Any], cut: bool = True) -> Table:
     return table
 
 
+GROUPS_SHOWN = 10  # of the groups an isolating tunnel's clients used (status --json: all)
+
+
 def isolated(isolation: dict[str, Any]) -> str:
-    """What --isolate maps, and the groups clients used so far (as they named them)."""
+    """What --isolate maps, and the groups clients used so far (as they named them: a
+    client's text, made one printable line each)."""
+    from kafkatunnel.protocol import one_line  # the table is drawn without kio otherwise
+
     suffix, groups = isolation["suffix"], isolation["groups"]
-    used = f": {', '.join(groups)}" if groups else ": none used yet"
+    shown = [one_line(g, 80) for g in groups[:GROUPS_SHOWN]]
+    more = f" and {len(groups) - GROUPS_SHOWN} more" if len(groups) > GROUPS_SHOWN else ""
+    used = f": {', '.join(shown)}{more}" if groups else ": none used yet"
     return (f"isolated: group and transactional ids are ID.{suffix} on the cluster; "
             f"groups{used}")  # fmt: skip
 
