@@ -30,3 +30,19 @@ def test_the_table_says_what_read_only_refused() -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(status_table(status, cut=False))
     assert "read-only: 3 request(s) refused (DeleteTopics 2, Produce 1)" in out.getvalue()
+
+
+def test_the_table_names_the_isolated_groups_as_one_printable_line_each() -> None:
+    """The groups are what clients named: a name is never markup, never a control
+    sequence, and a long list is cut with how many more there are."""
+    groups = ["orders", "[red]pay\x1b[2Jments[/]", *(f"g{i}" for i in range(12))]
+    status = {"bootstrap_servers": "127.0.0.1:9092", "via": "exec",
+              "isolation": {"suffix": "kt-anna", "groups": groups},
+              "endpoints": [_endpoint(None, {})]}  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=400).print(status_table(status, cut=False))
+    said = " ".join(out.getvalue().split())  # the caption wraps
+    assert "\x1b" not in said
+    assert ("isolated: group and transactional ids are ID.kt-anna on the cluster; groups: "
+            "orders, [red]pay [2Jments[/], g0, g1") in said  # fmt: skip
+    assert "g7 and 4 more" in said and "g8" not in said
