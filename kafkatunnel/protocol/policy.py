@@ -241,12 +241,16 @@ class Policy:
         return policy if policy.refused or policy.some or read_only or isolated else None
 
     @classmethod
-    def guarding(cls, policy: Policy | None, login: str | None) -> Policy | None:
-        """What a connection follows: the user's policy (None: none), and, when the tunnel
-        logs in as `login`, the refusal of the client's own login."""
-        if login is None:
+    def guarding(
+        cls, policy: Policy | None, login: str | None, isolated: bool = False
+    ) -> Policy | None:
+        """What a connection follows: the user's policy (None: none); when the tunnel logs
+        in as `login`, the refusal of the client's own login; when it isolates, the refusal
+        of Kafka Streams (whatever policy the caller made)."""
+        if login is None and (not isolated or (policy is not None and policy.isolated)):
             return policy
-        return dataclasses.replace(policy or cls(frozenset()), login=login)
+        guard = policy or cls(frozenset())
+        return dataclasses.replace(guard, login=login, isolated=guard.isolated or isolated)
 
     @functools.cached_property
     def _held(self) -> frozenset[int]:

@@ -292,7 +292,8 @@ class Tunnel:
         readable = readable_caps() if config.record_dir is not None else {}
         # What each connection refuses: the user's policy and, when the tunnel logs in,
         # the client's own login (answered by the tunnel: it never reaches the broker)
-        self.policy = Policy.guarding(config.policy, self._login_named)
+        self.policy = Policy.guarding(config.policy, self._login_named,
+                                      config.isolation is not None)  # fmt: skip
         # ... and only versions it can refuse with an answer, of the APIs a policy holds
         held = {} if self.policy is None else self.policy.caps()
         # ... and, isolating, only versions whose ids this tunnel can see
@@ -705,7 +706,7 @@ class Tunnel:
             self.config.zero_copy,
             learn=self.registry.learn,
             client_tls=None if self.client_tls is None else self.client_tls.context,
-            on_refused=None if self.config.policy is None else self._refused,
+            on_refused=None if self.policy is None else self._refused,
             login=self._login_named,
         )
         self.connections.add(connection)
@@ -714,7 +715,7 @@ class Tunnel:
     def _refused(self, connection: ClientConnection, headers: Sequence[RequestHeader]) -> None:
         """Say once per client (by its client id) and API that its requests are refused:
         status and metrics count every one."""
-        policy = self.config.policy
+        policy = self.policy
         assert policy is not None
         for header in headers:
             if header.api_key in LOGIN_APIS:

@@ -307,3 +307,18 @@ def test_isolating_refuses_a_kafka_streams_member_and_says_why() -> None:
     streams = ["JoinGroup (Kafka Streams)", "StreamsGroupHeartbeat (Kafka Streams)"]
     assert isolating.names() == streams
     assert not _decided(isolating, members, "Heartbeat", 4, generation_id=1, **JOINED)
+
+
+def test_an_isolating_tunnel_refuses_kafka_streams_whatever_policy_it_was_given() -> None:
+    """Policy.guarding makes any policy (none, a read-only one, one with the tunnel's own
+    login) refuse a Streams member when the tunnel isolates, and keeps the rest of it."""
+    join = KEYS["JoinGroup"]
+    for given in (None, Policy.of(read_only=True), Policy.of(isolated=True)):
+        for login in (None, "alice (SCRAM-SHA-256)"):
+            guard = Policy.guarding(given, login, isolated=True)
+            assert guard is not None and guard.isolated and guard.held(join), (given, login)
+            assert guard.login == login
+            assert guard.read_only == (given is not None and given.read_only)
+    assert Policy.guarding(None, None) is None
+    plain = Policy.guarding(Policy.of(read_only=True), None)
+    assert plain is not None and not plain.isolated
