@@ -121,6 +121,15 @@ def sasl_handshake_request(correlation_id: int) -> bytes:
     return encode_request(request_type(mechanism=PROBE_MECHANISM), correlation_id)
 
 
+GROUP_COORDINATOR_VERSION = 3  # one key, flexible: every broker from Kafka 2.4 to 4.x
+
+
+def group_coordinator_request(group: str, correlation_id: int) -> bytes:
+    """FindCoordinator v3 for a consumer group (its answer: node_id, host, port)."""
+    request_type: Any = load_request_schema(FIND_COORDINATOR, GROUP_COORDINATOR_VERSION)
+    return encode_request(request_type(key=group, key_type=KEY_TYPE_GROUP), correlation_id)
+
+
 # A mechanism's name as RFC 4422 3.1 allows it: the broker's answer is shown to the user
 # and suggested as a client setting, so nothing else of it is (no newline, no escape).
 SASL_MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}\Z", re.IGNORECASE)

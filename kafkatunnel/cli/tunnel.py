@@ -407,6 +407,13 @@ def up(
         help="What --isolate appends to each id (default: kt-USER, your user name).",
         rich_help_panel=GUARD,
     ),
+    isolate_from_deployed: bool = typer.Option(
+        False,
+        "--isolate-from-deployed",
+        help="An isolated consumer group with no offsets of its own starts where the "
+        "deployed group of its name has committed (read, never changed).",
+        rich_help_panel=GUARD,
+    ),
     detach: bool = typer.Option(
         False,
         "--detach",
@@ -451,7 +458,7 @@ def up_options(given: Mapping[str, Any]) -> UpOptions:
         limits=Limits(g.connect_timeout, g.start_timeout, g.max_connections, g.max_brokers),
         running=Running(g.table, g.loop, g.mode, g.zero_copy),
         guard=Guard(g.read_only, tuple(g.deny_api), tuple(g.allow_api), g.isolate,
-                    g.isolate_suffix),
+                    g.isolate_suffix, g.isolate_from_deployed),
     )  # fmt: skip
 
 

@@ -215,6 +215,7 @@ class Guard:
     allow_api: tuple[str, ...] = ()
     isolate: bool = False  # --isolate: the clients' own ids
     isolate_suffix: str | None = None
+    isolate_from_deployed: bool = False  # isolated groups start at the deployed offsets
 
 
 @dataclass(frozen=True)
@@ -344,13 +345,16 @@ def check_isolation(guard: Guard, user: str | None = None) -> Isolation | None:
         if guard.isolate_suffix is not None:
             raise typer.BadParameter("names what --isolate appends: add --isolate",
                                      param_hint="--isolate-suffix")  # fmt: skip
+        if guard.isolate_from_deployed:
+            raise typer.BadParameter("says where isolated groups start: add --isolate",
+                                     param_hint="--isolate-from-deployed")  # fmt: skip
         return None
     suffix = guard.isolate_suffix
     if suffix is None:
         name = re.sub(r"[^A-Za-z0-9_-]+", "-", user or getpass.getuser()).strip("-")
         suffix = f"kt-{name[:60] or 'local'}"
     try:
-        return Isolation(suffix)
+        return Isolation(suffix, guard.isolate_from_deployed)
     except ValueError as cause:
         raise typer.BadParameter(str(cause).removeprefix("--isolate-suffix "),
                                  param_hint="--isolate-suffix") from None  # fmt: skip

@@ -77,9 +77,11 @@ def check_suffix(suffix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Isolation:
-    """The mapping of one tunnel: `name` <-> `name.suffix`."""
+    """The mapping of one tunnel: `name` <-> `name.suffix`; from_deployed: an isolated
+    consumer starts at the deployed group's committed offsets (deployed_offsets)."""
 
     suffix: str
+    from_deployed: bool = False
 
     def __post_init__(self) -> None:
         check_suffix(self.suffix)

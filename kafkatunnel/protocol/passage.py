@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import struct
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple, Protocol, TypeVar
@@ -21,6 +21,13 @@ from typing import NamedTuple, Protocol, TypeVar
 from kafkatunnel.protocol.answers import RewrittenAnswers
 from kafkatunnel.protocol.api_versions import cap_api_versions
 from kafkatunnel.protocol.correlation import CorrelationTracker, InFlight
+from kafkatunnel.protocol.deployed_offsets import (
+    OFFSET_FETCH,
+    Seeds,
+    deployed_offsets,
+    deployed_requests,
+    seeded_answer,
+)
 from kafkatunnel.protocol.errors import (
     FrameSizeError,
     MalformedMessage,
@@ -108,6 +115,19 @@ class Fed(NamedTuple):
     unknown_brokers: tuple[BrokerAddress, ...] = ()
     frames: Sequence[FramePassed] = ()  # frames that passed on whole (when observed)
     refused: Sequence[RequestHeader] = ()  # requests a Policy refused (to count, to say)
+    # A request stopped at (--isolate-from-deployed): ask the deployed groups what it asks,
+    # hand the answers to Exchange.deployed_answered, then resume()
+    deployed_wanted: DeployedAsk | None = None
+
+
+class DeployedAsk(NamedTuple):
+    """What an isolated client's OffsetFetch asks, to be asked of the deployed groups of
+    the names it uses first (deployed_offsets): each group's own request frame, for that
+    group's coordinator."""
+
+    correlation_id: int
+    api_version: int
+    requests: Mapping[str, bytes]  # group (as the client and the deployed one name it)
 
 
 class Head(Enum):
@@ -116,6 +136,15 @@ class Head(Enum):
     PASS = "pass it through, head first, unread"
     HOLD = "hold it whole for on_frame"
     REPLACE = "pass it through unread, its head first as on_head replaced it (replace_head)"
+
+
+class DeployedWanted(Exception):
+    """A request waits for the deployed groups' offsets (raised inside this module only: a
+    Direction stops there and hands the ask to its caller)."""
+
+    def __init__(self, ask: DeployedAsk) -> None:
+        super().__init__(f"the deployed offsets of {', '.join(ask.requests)} wanted")
+        self.ask = ask
 
 
 class BrokersUnknown(Exception):
@@ -130,11 +159,13 @@ class BrokersUnknown(Exception):
 @dataclass(frozen=True, slots=True)
 class _Stop:
     """Where a direction stopped: the frame (or walked frame's tail) that names brokers
-    not learned yet, and every broker it names."""
+    not learned yet, and every broker it names; or a request that waits for the deployed
+    groups' offsets."""
 
     held: bytes
     tail: bool
     brokers: tuple[BrokerAddress, ...]
+    deployed: DeployedAsk | None = None
 
 
 @dataclass
@@ -266,7 +297,8 @@ class _Splitter:
             else:
                 self._whole_frame(stop.held, out)
             if self._stop is not None:
-                raise RuntimeError(f"resumed before learning the brokers: {self._stop.brokers}")
+                early = self._stop.deployed or self._stop.brokers
+                raise RuntimeError(f"resumed before it could go on: {early}")
             self._feed_unfed(out)
         except ProtocolError:
             self._before_error = self._fed(out)
@@ -324,7 +356,9 @@ class _Splitter:
         if stop is None and not self._passed and not self._refused:
             return Fed(out)
         refused, self._refused = self._refused, []
-        return Fed(out, () if stop is None else stop.brokers, self._take_passed(), refused)
+        if stop is None:
+            return Fed(out, (), self._take_passed(), refused)
+        return Fed(out, stop.brokers, self._take_passed(), refused, stop.deployed)
 
     def _take_passed(self) -> Sequence[FramePassed]:
         if not self._passed:
@@ -516,6 +550,9 @@ class _Splitter:
         except BrokersUnknown as stop:
             self._stop = _Stop(data, tail, stop.brokers)
             return False
+        except DeployedWanted as stop:
+            self._stop = _Stop(data, tail, (), stop.ask)
+            return False
         return True
 
     def _last_part_seen(self, out: list[Chunk]) -> None:
@@ -701,6 +738,10 @@ class _Requests(_Splitter):
         header = parse_request_header(whole)
         wanted = expects_response(whole, header)
         exchange = self.exchange
+        if exchange.seeding(header):  # may stop: DeployedWanted
+            ask = DeployedAsk(header.correlation_id, header.api_version,
+                              deployed_requests(whole, header))  # fmt: skip
+            raise DeployedWanted(ask)
         self._request = (header, wanted)
         policy = exchange.policy
         if policy is not None and policy.held(header.api_key):
@@ -835,6 +876,9 @@ class Exchange:
         self.policy = policy
         self.isolation = isolation
         self.groups: set[str] = set() if groups is None else groups
+        # --isolate-from-deployed: the deployed groups' offsets, by the correlation id of
+        # the OffsetFetch they seed (with the group of a request before v8)
+        self.seeds: dict[int, tuple[str | None, Seeds]] = {}
         self.members = GroupMembers()  # the client's own, in its groups (see policy)
         # The answers to refused requests, by correlation id, each waiting for the broker's
         # answer to what went in the request's place (see refuse).
@@ -878,6 +922,36 @@ class Exchange:
     def observe_request(self, header: RequestHeader, wanted: bool) -> None:
         self.stats.requests[header.api_key] = self.stats.requests.get(header.api_key, 0) + 1
         self.tracker.request(header, wanted)
+
+    def seeding(self, header: RequestHeader) -> bool:
+        """Whether this request waits for the deployed groups' offsets first (an
+        OffsetFetch of an isolating tunnel's --isolate-from-deployed, not asked yet)."""
+        isolation = self.isolation
+        return (
+            header.api_key == OFFSET_FETCH
+            and isolation is not None
+            and isolation.from_deployed
+            and header.correlation_id not in self.seeds
+            and header.body_offset is not None
+        )
+
+    def deployed_answered(
+        self, ask: DeployedAsk, answers: Mapping[str, bytes | None]
+    ) -> dict[str, str]:
+        """The deployed groups' answers to `ask` (None: not had), for resume() to send the
+        request on; the groups whose answer could not be read, and why. A group without
+        an answer starts as its client's auto.offset.reset says."""
+        seeds, unread = {}, {}
+        for group, answer in answers.items():
+            if answer is None:
+                continue
+            try:
+                seeds[group] = deployed_offsets(answer, ask.api_version)
+            except ProtocolError as error:
+                unread[group] = str(error)
+        alone = next(iter(ask.requests), None) if ask.api_version < 8 else None
+        self.seeds[ask.correlation_id] = (alone, seeds)
+        return unread
 
     def isolated(self, header: RequestHeader, whole: bytes) -> bytes:
         """The request with its ids isolated (itself, without isolation or ids)."""
@@ -925,6 +999,9 @@ class Exchange:
         if self.isolation is None or response_ids(key, version) is None:
             return rewritten, None
         restored = restore_response(rewritten, key, version, self.isolation)
+        seeds = self.seeds.pop(request.correlation_id, None) if key == OFFSET_FETCH else None
+        if seeds is not None:  # told the deployed offsets; a recording keeps the cluster's
+            restored = seeded_answer(restored, version, *seeds)
         return restored, None if restored is rewritten else rewritten
 
     def _addresses_rewritten(self, key: int, version: int, whole: bytes) -> bytes:

@@ -10,17 +10,19 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 
 from kafkatunnel.capture.recorder import Recording
 from kafkatunnel.protocol import (
     LOGIN_APIS,
     BrokerAddress,
+    DeployedAsk,
     Exchange,
     PassThrough,
     ProtocolError,
     RefusedUnanswerable,
     RequestHeader,
+    one_line,
 )
 from kafkatunnel.tunnel.failure_log import FAILED, FailureLog
 from kafkatunnel.tunnel.forwarders import (
@@ -74,6 +76,7 @@ class ClientConnection:
         client_tls: ssl.SSLContext | None = None,
         on_refused: Callable[[ClientConnection, Sequence[RequestHeader]], None] | None = None,
         login: str | None = None,
+        ask_deployed: Callable[[DeployedAsk], Awaitable[Mapping[str, bytes | None]]] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.forwarder = forwarder
@@ -87,6 +90,7 @@ class ClientConnection:
         self.client_tls = client_tls  # serve the client TLS (--client-tls)
         self.on_refused = on_refused  # requests a policy refused (--read-only), to say so
         self.login = login  # who the tunnel logs in as upstream ("alice (SCRAM-SHA-512)")
+        self.ask_deployed = ask_deployed  # the deployed groups' offsets (DeployedOffsets)
         self._own_login_told = False  # the client's own SASL login was said
         self.client_tls_session: TlsUpstream | None = None  # with a client of --client-tls
         self.recording: Recording | None = None
@@ -181,6 +185,7 @@ class ClientConnection:
                 on_chunks=None if streamed is None else streamed.from_client,
                 on_frames=None if framed is None else framed.requests,
                 on_refused=None if self.on_refused is None else self._refused,
+                ask_deployed=None if self.ask_deployed is None else self._ask_deployed,
             ),
             Pump(
                 upstream.stream,
@@ -270,6 +275,17 @@ class ClientConnection:
             return
         if exchange.requests.paused and exchange.answered:
             quiet.set_result(None)
+
+    async def _ask_deployed(self, ask: DeployedAsk) -> None:
+        """The deployed groups' offsets, handed to the Exchange before its OffsetFetch
+        goes on (--isolate-from-deployed)."""
+        exchange = self.exchange
+        assert self.ask_deployed is not None and isinstance(exchange, Exchange)
+        answers = await self.ask_deployed(ask)
+        for group, why in exchange.deployed_answered(ask, answers).items():
+            log.warning("client %s: the deployed group %r's offsets could not be read (%s): "
+                        "its isolated group starts where its auto.offset.reset says",
+                        self.peer, one_line(group, 120), one_line(why))  # fmt: skip
 
     def _refused(self, headers: Sequence[RequestHeader]) -> None:
         assert self.on_refused is not None

@@ -25,12 +25,13 @@ import asyncio
 import fcntl
 import logging
 import os
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NamedTuple
 
 from kafkatunnel.protocol import (
     BrokerAddress,
     Chunk,
+    DeployedAsk,
     Direction,
     Fed,
     FramePassed,
@@ -83,7 +84,10 @@ class Pump:
     broke the protocol (ProtocolError). on_sink_error(error): writing the sink failed.
     Either way the Pump has stopped reading; the owner decides the rest. learn(brokers):
     give brokers an answer names their tunnel addresses before the answer passes on.
-    on_refused(headers): requests the Direction refused (its answers come the usual way)."""
+    on_refused(headers): requests the Direction refused (its answers come the usual way).
+    ask_deployed(ask): a request waits for the deployed groups' offsets (up --isolate
+    --isolate-from-deployed): the coroutine asks them and hands the Exchange the answers;
+    the Pump reads nothing meanwhile, then resumes."""
 
     def __init__(
         self,
@@ -99,6 +103,7 @@ class Pump:
         on_frames: Callable[[Sequence[FramePassed]], None] | None = None,
         learn: Callable[[tuple[BrokerAddress, ...]], object] | None = None,
         on_refused: Callable[[Sequence[RequestHeader]], None] | None = None,
+        ask_deployed: Callable[[DeployedAsk], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.source = source
@@ -113,6 +118,8 @@ class Pump:
         self.on_frames = on_frames  # frames that passed on whole (an observed Exchange's)
         self.learn = learn
         self.on_refused = on_refused
+        self.ask_deployed = ask_deployed
+        self._asking: asyncio.Task[None] | None = None  # the deployed offsets, being asked
         self._observed = on_chunks is not None or on_frames is not None
         self.spliced = 0  # bytes moved without entering Python
         self._out: list[Chunk] = []  # read, not yet written
@@ -176,6 +183,8 @@ class Pump:
     def close(self) -> None:
         """Stop watching both streams and free the pipe; the streams stay open."""
         self.stop()
+        if self._asking is not None:
+            self._asking.cancel()
         if self._writing:
             self.sink.watch_writing(None)
             self._writing = False
@@ -205,6 +214,8 @@ class Pump:
         direction = self.direction
         if direction.pausing and direction.paused:  # an attribute, then (rarely) a property
             self._unwatch_source()
+            return False
+        if self._holding:  # the deployed offsets are being asked (see _ask)
             return False
         try:
             if self.zero_copy and (unread := direction.unread) >= SPLICE_MIN:
@@ -248,6 +259,29 @@ class Pump:
             self.learn(fed.unknown_brokers)
             fed = self.direction.resume()
             self._pass_on(fed)
+        if fed.deployed_wanted is not None:
+            self._ask(fed.deployed_wanted)
+
+    def _ask(self, ask: DeployedAsk) -> None:
+        """Read nothing until the deployed groups' offsets are asked, then go on."""
+        if self.ask_deployed is None:
+            raise RuntimeError("a request waits for deployed offsets, and nobody asks them")
+        self.hold()
+        self._asking = self.loop.create_task(self.ask_deployed(ask))
+        self._asking.add_done_callback(self._asked)
+
+    def _asked(self, task: asyncio.Task[None]) -> None:
+        self._asking = None
+        if self._stopped or task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:  # ask_deployed never raises: a bug
+            self.close()
+            bug = error if isinstance(error, Exception) else Exception(repr(error))
+            self.on_source_end(ConnectionBug(bug))
+            return
+        self.release()
+        self.go_on(self.direction.resume)
 
     def _broken(self, error: ProtocolError) -> None:
         """The source's bytes broke the protocol: what passed before them (whole frames

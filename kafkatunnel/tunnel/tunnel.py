@@ -59,6 +59,7 @@ from kafkatunnel.protocol import (
 from kafkatunnel.ratelimit import RateLimitedLog
 from kafkatunnel.tunnel.companions import Companions
 from kafkatunnel.tunnel.control import ControlServer
+from kafkatunnel.tunnel.deployed import DeployedOffsets
 from kafkatunnel.tunnel.discovery import probe_brokers, probe_login
 from kafkatunnel.tunnel.failure_log import REPEAT_WINDOW, FailureLog
 from kafkatunnel.tunnel.forwarders import Forwarder, Upstream
@@ -301,6 +302,12 @@ class Tunnel:
         self.caps = narrowest(readable, rewrite_caps(), held, isolating)
         # the group ids clients named, isolated (status; `down --clean` deletes them)
         self.isolated_groups: set[str] = set()
+        # --isolate-from-deployed: what asks the deployed groups for their offsets
+        self.deployed = (
+            DeployedOffsets(self.forwarder, self.bootstrap, self.registry, config.connect_timeout)
+            if config.isolation is not None and config.isolation.from_deployed
+            else None
+        )
         # Answers rewritten before, per audience (None: the tunnel's own addresses)
         self._answers: dict[str | None, RewrittenAnswers] = {}
         self.connections: set[ClientConnection] = set()
@@ -708,6 +715,7 @@ class Tunnel:
             client_tls=None if self.client_tls is None else self.client_tls.context,
             on_refused=None if self.policy is None else self._refused,
             login=self._login_named,
+            ask_deployed=None if self.deployed is None else self.deployed.answers,
         )
         self.connections.add(connection)
         return connection

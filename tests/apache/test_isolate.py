@@ -4,7 +4,8 @@ application with the same configuration runs on the laptop through the tunnel. I
 the local consumer reads every record while the deployed group's assignment and committed
 offsets never change, and the local transactional producer commits while the deployed one
 is never fenced, and a deployed share consumer receives every record; without --isolate,
-the same runs show the harm the flag prevents. A Kafka Streams application is refused
+the same runs show the harm the flag prevents; with --isolate-from-deployed the local
+consumer starts where the deployed group committed. A Kafka Streams application is refused
 under --isolate with the reason, before it writes anything. `down --clean` deletes the
 isolated groups, and the deployed group stays."""
 
@@ -123,6 +124,34 @@ def test_an_isolated_consumer_reads_everything_and_the_deployed_group_never_chan
         assert set(_committed(apache_kafka, group, topic).values()) - {"-"}
     finally:
         deployed.stop()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_isolate_from_deployed_starts_at_the_deployed_groups_offsets_and_never_moves_them(
+    apache_kafka: ApacheKafka, protocol: str
+) -> None:
+    """The deployed group has committed the end of the topic's first records. Through
+    --isolate --isolate-from-deployed, the local consumer of the same group.id, with
+    auto.offset.reset=earliest, reads only the records after them; the deployed group's
+    offsets are as they were, and the isolated group has its own."""
+    topic = _topic(apache_kafka, f"from-deployed-{protocol}")
+    group = f"billing-{protocol}-{uuid.uuid4().hex[:6]}"
+    later = 12
+    with tunnel(apache_kafka, "plain") as bootstrap:
+        assert produce(bootstrap, topic, RECORDS, prefix="early") == RECORDS
+    apache_kafka.tool(GROUPS, "--bootstrap-server", apache_kafka.bootstrap(), "--reset-offsets",
+                      "--group", group, "--topic", topic, "--to-latest", "--execute")  # fmt: skip
+    deployed = _committed(apache_kafka, group, topic)
+    assert sum(int(o) for o in deployed.values()) == RECORDS, deployed
+    with tunnel(apache_kafka, "plain", *ISOLATE, "--isolate-from-deployed") as bootstrap:
+        assert produce(bootstrap, topic, later, prefix="late") == later
+        local = consume_group(bootstrap, group, topic, later, timeout=90,
+                              config={"group.protocol": protocol})  # fmt: skip
+    assert local.consumed == later, local.errors
+    assert all(v.startswith(b"late-") for v in local.values), local.values
+    assert _committed(apache_kafka, group, topic) == deployed
+    isolated = _committed(apache_kafka, f"{group}.{SUFFIX}", topic)
+    assert sum(int(o) for o in isolated.values()) == RECORDS + later, isolated
 
 
 def test_an_isolated_transactional_producer_never_fences_the_deployed_one(
