@@ -96,6 +96,7 @@ DNS = ("127.0.0.1", 53)
         (UpOptions(REACH, guard=Guard(allow_api=("Produce",))), "--allow-api"),
         (UpOptions(REACH, guard=Guard(True, allow_api=("Produc",))), "--allow-api"),
         (UpOptions(REACH, guard=Guard(isolate_suffix="kt-me")), "--isolate-suffix"),
+        (UpOptions(REACH, guard=Guard(isolate_from_deployed=True)), "--isolate-from-deployed"),
         (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix=".me")), "--isolate-suffix"),
         (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix="a/b")), "--isolate-suffix"),
         (UpOptions(REACH, guard=Guard(isolate=True, isolate_suffix="x" * 65)), "--isolate-suffix"),
@@ -213,3 +214,5 @@ def test_the_isolation_suffix_defaults_to_the_user_name_in_kafkas_characters() -
     assert check_isolation(Guard(isolate=True, isolate_suffix="laptop.1"), "anna") == (
         Isolation("laptop.1"))  # fmt: skip
     assert check_isolation(Guard(), "anna") is None
+    from_deployed = check_isolation(Guard(isolate=True, isolate_from_deployed=True), "anna")
+    assert from_deployed == Isolation("kt-anna", from_deployed=True)
