@@ -511,6 +511,14 @@ class Tunnel:
         own settings already say how), with one of `mechanisms`."""
         if protocol is not None:
             self.client_login = {"security_protocol": protocol, "mechanisms": list(mechanisms)}
+        if self.deployed is not None:
+            note = (
+                "--isolate-from-deployed: the tunnel cannot read the deployed groups' offsets "
+                "without a login of its own (--sasl-mechanism and its user): isolated groups "
+                "start where their clients' auto.offset.reset says"
+            )
+            self.notes.append(note)
+            log.warning(note)
 
     async def stop(self) -> None:
         self._release_claims()
