@@ -54,7 +54,8 @@ def world_groups(items: list[pytest.Item]) -> dict[str, str]:
         keys = [
             f"{definition.baseid or '.'}::{name}"
             for name in info.names_closure
-            for definition in info.name2fixturedefs.get(name, ())
+            # the definition that serves the test: one a module overrides is not set up
+            for definition in info.name2fixturedefs.get(name, ())[-1:]
             if definition.scope in WIDER_THAN_A_TEST or name in SHARED_SESSION_WORLDS
         ]
         if keys:

@@ -90,3 +90,35 @@ def test_a_quick_test_that_uses_a_world_is_refused(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "tests marked quick that are not" in result.stdout + result.stderr
     assert "test_it uses ['cluster']" in result.stdout + result.stderr
+
+
+@pytest.mark.quick
+def test_a_module_that_overrides_a_wider_world_is_a_group_of_its_own(tmp_path: Path) -> None:
+    """A module with its own cluster (its fixture overrides the package's of the same
+    name) runs on a worker of its own, beside the package's tests, not after them."""
+    small_suite(tmp_path, "def test_other(world):\n    pass\n")
+    (tmp_path / "conftest.py").write_text(
+        'import pytest\n\npytest_plugins = ["tests.scheduling"]\n\n'
+        '@pytest.fixture(scope="package")\ndef world():\n    return 1\n'
+    )
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "test_own.py").write_text(
+        'import pytest\n\n@pytest.fixture(scope="module")\ndef world():\n    return 2\n\n'
+        "def test_own(world):\n    pass\n"
+    )
+    (tmp_path / "groups.py").write_text(
+        "def pytest_collection_finish(session):\n"
+        "    for item in session.items:\n"
+        "        print('GROUP', item.name, item.get_closest_marker('xdist_group').args[0])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "groups",
+         "--collect-only", "test_small.py", "test_own.py"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path}"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    groups = dict(
+        line.split()[1:] for line in result.stdout.splitlines() if line.startswith("GROUP")
+    )
+    assert set(groups) == {"test_other", "test_own"}, result.stdout + result.stderr
+    assert groups["test_other"] != groups["test_own"], groups

@@ -30,14 +30,17 @@ def apache_kafka() -> Iterator[ApacheKafka]:
 
 @pytest.fixture(scope="package")
 def java_classes(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The classpath of the Java client programs (clients/*.java, compiled here by javac
-    against the cluster's own kafka-clients) and Kafka's jars, its tools among them."""
+    return java_classes_at(apache_kafka, tmp_path_factory.mktemp("java-client"))
+
+
+def java_classes_at(kafka: ApacheKafka, out: Path) -> str:
+    """The classpath of the Java client programs (clients/*.java, compiled into `out` by
+    javac against the cluster's own kafka-clients) and Kafka's jars, its tools among them."""
     if shutil.which("javac") is None:
         pytest.fail("javac is missing: scripts/test installs openjdk-17-jdk-headless")
-    out = tmp_path_factory.mktemp("java-client")
-    subprocess.run(["javac", "-cp", f"{apache_kafka.lib}/*", "-d", str(out),
+    subprocess.run(["javac", "-cp", f"{kafka.lib}/*", "-d", str(out),
                     str(CLIENTS / "JavaClient.java")], check=True, timeout=180)  # fmt: skip
-    return f"{apache_kafka.lib}/*:{out}"
+    return f"{kafka.lib}/*:{out}"
 
 
 @pytest.fixture(scope="package")
