@@ -298,7 +298,7 @@ class _Splitter:
                 self._whole_frame(stop.held, out)
             if self._stop is not None:
                 early = self._stop.deployed or self._stop.brokers
-                raise RuntimeError(f"resumed before it could go on: {early}")
+                raise RuntimeError(f"resumed before learning what it waits for: {early}")
             self._feed_unfed(out)
         except ProtocolError:
             self._before_error = self._fed(out)
