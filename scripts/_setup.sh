@@ -424,7 +424,11 @@ kt_kubernetes_built() {
   for binary in kubelet kube-apiserver; do
     [ "$("$KT_KUBERNETES/bin/$binary" --version 2>/dev/null)" = "Kubernetes $KT_KUBERNETES_VERSION" ] || return 1
   done
-  "$KT_KUBERNETES/bin/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $KT_KUBERNETES_VERSION"
+  # Read whole, then matched: `kubectl ... | grep -q` under pipefail fails whenever grep
+  # exits at its match before kubectl has written its last line (SIGPIPE)
+  local said
+  said="$("$KT_KUBERNETES/bin/kubectl" version --client 2>/dev/null)" || return 1
+  grep -qx "Client Version: $KT_KUBERNETES_VERSION" <<<"$said"
 }
 kt_kubernetes() {
   local go version="$KT_KUBERNETES_VERSION" minor work package
